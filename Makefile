@@ -1,0 +1,30 @@
+# Everything a fresh machine needs comes from here: the virtual environment,
+# the dependencies, an embedded PostgreSQL (when FENCEGATE_DATABASE_URL is unset)
+# and the migrations.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint chaos bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/fencegate dev
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check leases gateway tests
+	$(BIN)/mypy leases gateway
+
+clean:
+	rm -rf $(VENV) .fencegate

@@ -1,0 +1,1 @@
+"""The fencegate gateway: fenced, idempotent email and HTTP effects."""

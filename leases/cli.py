@@ -1,0 +1,147 @@
+"""``fencegate migrate`` and ``fencegate lease ...``: the lease manager from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from . import database, migrate
+from .client import LeaseClient
+from .errors import LeasesError
+
+Handler = Callable[[argparse.Namespace, LeaseClient], Awaitable[int]]
+
+
+def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    """Print ``data`` as JSON with --json, else the readable ``text``."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, default=_jsonable, sort_keys=True))
+    else:
+        print(text)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+async def connect_migrated() -> asyncpg.Pool:
+    """A pool on the configured (or embedded) database, migrated to this version."""
+    dsn = database.database_url()
+    await migrate.migrate_dsn(dsn)
+    pool: asyncpg.Pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    return pool
+
+
+def run_with_client(handler: Handler, args: argparse.Namespace) -> int:
+    async def main() -> int:
+        pool = await connect_migrated()
+        try:
+            return await handler(args, LeaseClient(pool=pool, owner=args.owner))
+        finally:
+            await pool.close()
+
+    try:
+        return asyncio.run(main())
+    except LeasesError as exc:
+        print(f"fencegate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _lease_text(verb: str, data: dict[str, Any]) -> str:
+    return (f"{verb} {data['resource']}: owner {data['owner']}, fence {data['fence']}, "
+            f"expires {data['expires_at'].isoformat()}")
+
+
+async def _claim(args: argparse.Namespace, client: LeaseClient) -> int:
+    lease = await client.claim(args.resource, args.ttl)
+    if lease is None:
+        emit(args, {"resource": args.resource, "claimed": False},
+             f"{args.resource} is held by another owner")
+        return 1
+    data = {"resource": lease.resource, "owner": lease.owner, "fence": lease.fence,
+            "expires_at": lease.expires_at, "ttl_seconds": lease.ttl}
+    emit(args, data, _lease_text("claimed", data))
+    return 0
+
+
+async def _renew(args: argparse.Namespace, client: LeaseClient) -> int:
+    expires_at = await client.renew(args.resource, client.owner, args.fence, args.ttl)
+    if expires_at is None:
+        emit(args, {"resource": args.resource, "renewed": False},
+             f"{args.resource}: lease lost (expired, released, or another owner or fence)")
+        return 1
+    data = {"resource": args.resource, "owner": client.owner, "fence": args.fence,
+            "expires_at": expires_at, "ttl_seconds": args.ttl}
+    emit(args, data, _lease_text("renewed", data))
+    return 0
+
+
+async def _release(args: argparse.Namespace, client: LeaseClient) -> int:
+    released = await client.release(args.resource, client.owner, args.fence)
+    emit(args, {"resource": args.resource, "released": released},
+         f"{args.resource}: {'released' if released else 'not held by this owner and fence'}")
+    return 0 if released else 1
+
+
+async def _show(args: argparse.Namespace, client: LeaseClient) -> int:
+    info = await client.show(args.resource)
+    if info is None:
+        emit(args, {"resource": args.resource, "fence": None, "live": False},
+             f"{args.resource}: no lease was ever granted")
+        return 1
+    data = {"resource": info.resource, "owner": info.owner, "fence": info.fence,
+            "expires_at": info.expires_at, "live": info.live}
+    state = "live" if info.live else "not live"
+    emit(args, data, f"{info.resource}: {state}, owner {info.owner}, fence {info.fence}, "
+                     f"expires {info.expires_at.isoformat()}")
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        applied = await migrate.migrate_dsn(database.database_url())
+        emit(args, {"applied": applied, "version": migrate.latest_version()},
+             f"applied {applied}" if applied
+             else f"already at schema version {migrate.latest_version()}")
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except LeasesError as exc:
+        print(f"fencegate: {exc}", file=sys.stderr)
+        return 2
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``migrate`` and ``lease`` to the ``fencegate`` command line."""
+    p = sub.add_parser("migrate", help="apply database migrations")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_migrate)
+
+    lease = sub.add_parser("lease", help="claim, renew, release or show a lease")
+    verbs = lease.add_subparsers(dest="verb", required=True)
+
+    def verb(name: str, handler: Handler, help_: str, fence: bool, ttl: bool) -> None:
+        v = verbs.add_parser(name, help=help_)
+        v.add_argument("resource")
+        if fence:
+            v.add_argument("--fence", type=int, required=True)
+        if ttl:
+            v.add_argument("--ttl", type=float, default=30.0, help="seconds (default 30)")
+        v.add_argument("--owner", help="owner id (default: unique to this process)")
+        v.add_argument("--json", action="store_true", help="print JSON")
+        v.set_defaults(func=lambda args: run_with_client(handler, args))
+
+    verb("claim", _claim, "claim a lease", fence=False, ttl=True)
+    verb("renew", _renew, "renew a lease you hold", fence=True, ttl=True)
+    verb("release", _release, "release a lease you hold", fence=True, ttl=False)
+    verb("show", _show, "show a resource's lease", fence=False, ttl=False)

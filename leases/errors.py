@@ -1,0 +1,53 @@
+"""Errors of the ``leases`` package.
+
+    LeasesError
+    ├── LeaseLost                the guarded block was cancelled: ownership is gone
+    ├── SchemaError
+    │   └── SchemaTooNew         the database was migrated by a newer fencegate
+    └── InvalidArgument          a resource, owner or ttl out of bounds
+
+Losing a claim race is not an error: ``claim`` answers ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+LostReason = Literal["taken", "expired", "unreachable"]
+
+
+class LeasesError(Exception):
+    """Base of every error raised by ``leases``."""
+
+
+class InvalidArgument(LeasesError, ValueError):
+    """A resource, owner or ttl outside what the contract allows."""
+
+
+class LeaseLost(LeasesError):
+    """Ownership could not be proven, so the guarded work was cancelled.
+
+    ``reason`` tells the cases apart:
+
+    - ``"taken"``: the database refused a renewal (the lease expired, was
+      released, or another owner claimed it);
+    - ``"expired"``: the local safety deadline passed with no renewal even
+      attempted (the process was paused: GC, SIGSTOP, a laptop lid);
+    - ``"unreachable"``: renewals were attempted but none got an answer before
+      the safety deadline (database down, network partition).
+    """
+
+    def __init__(self, resource: str, fence: int, reason: LostReason, detail: str = "") -> None:
+        self.resource = resource
+        self.fence = fence
+        self.reason: LostReason = reason
+        message = f"lease on {resource!r} (fence {fence}) lost: {reason}"
+        super().__init__(f"{message} ({detail})" if detail else message)
+
+
+class SchemaError(LeasesError):
+    """The database schema cannot be used by this version."""
+
+
+class SchemaTooNew(SchemaError):
+    """The database was migrated by a newer fencegate than this one."""

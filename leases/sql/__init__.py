@@ -1,0 +1,41 @@
+"""The named SQL statements of fencegate, loaded once from ``queries.sql``."""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def parse_queries(text: str) -> dict[str, str]:
+    """Split a file of ``-- name: X`` blocks into ``{name: statement}``."""
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice")
+        queries[name] = body.strip().rstrip(";")
+    return queries
+
+
+@functools.cache
+def _queries() -> dict[str, str]:
+    return parse_queries(resources.files(__package__).joinpath("queries.sql").read_text())
+
+
+def query(name: str) -> str:
+    """The statement called ``name`` in ``queries.sql``."""
+    return _queries()[name]
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` of every migration file, in order."""
+    found = []
+    for entry in resources.files(__package__).joinpath("migrations").iterdir():
+        if entry.name.endswith(".sql"):
+            version, _, name = entry.name.removesuffix(".sql").partition("_")
+            found.append((int(version), name, entry.read_text()))
+    found.sort()
+    return found

@@ -1,0 +1,73 @@
+"""Shared fixtures: a real PostgreSQL, and a fresh migrated database per test.
+
+The schema is applied once per session to a template database; each test gets
+``CREATE DATABASE ... TEMPLATE`` of it, which takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from leases import database, migrate
+
+TEMPLATE = "fencegate_template"
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    """DSN of the test server's maintenance database."""
+    if os.environ.get(database.DATABASE_URL_ENV):
+        yield os.environ[database.DATABASE_URL_ENV]
+        return
+    yield database.start_embedded(database.home() / "test-pgdata")
+
+
+async def _create_template(dsn: str) -> None:
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        await admin.execute(f"CREATE DATABASE {TEMPLATE}")
+        for name in await admin.fetch(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'fg_test_%'"
+        ):
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name[0]}" WITH (FORCE)')
+    finally:
+        await admin.close()
+    await migrate.migrate_dsn(database.with_database(dsn, TEMPLATE))
+
+
+@pytest.fixture(scope="session")
+def template_ready(server_dsn: str) -> str:
+    asyncio.run(_create_template(server_dsn))
+    return server_dsn
+
+
+@pytest.fixture
+async def dsn(template_ready: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test."""
+    name = f"fg_test_{os.getpid()}_{next(_counter)}"
+    admin = await asyncpg.connect(template_ready)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
+    finally:
+        await admin.close()
+    yield database.with_database(template_ready, name)
+    admin = await asyncpg.connect(template_ready)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await asyncpg.create_pool(dsn, min_size=1, max_size=40)
+    yield p
+    await p.close()
