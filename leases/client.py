@@ -131,7 +131,7 @@ class LeaseClient:
             policy.check_fence(fence), policy.check_ttl(ttl),
         )
         LEASE_RENEWALS.labels(result="ok" if row else "lost").inc()
-        return None if row is None else row["expires_at"]  # type: ignore[no-any-return]
+        return None if row is None else row["expires_at"]
 
     async def release(self, resource: str, owner: str, fence: int) -> bool:
         """End a live lease at once, keeping its fence. False if it was not held."""

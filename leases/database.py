@@ -38,7 +38,9 @@ def start_embedded(data_dir: Path | None = None) -> str:
             warnings.simplefilter("ignore")  # platformdirs: no XDG_RUNTIME_DIR
             import pgserver
 
-            server = pgserver.get_server(str(data_dir), cleanup_mode="stop")
+            server = pgserver.get_server(  # type: ignore[attr-defined]
+                str(data_dir), cleanup_mode="stop"
+            )
         _embedded[data_dir] = server
     return str(server.get_uri())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import multiprocessing
 import time
 
@@ -24,7 +25,7 @@ async def test_concurrent_claims_have_exactly_one_winner_per_round(pool: asyncpg
         assert len(winners) == 1, f"{len(winners)} winners in one round"
         fences.append(winners[0].fence)
         assert await winners[0].release() is True
-    assert all(b > a for a, b in zip(fences, fences[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(fences))
 
 
 TTL = 0.05
@@ -72,7 +73,7 @@ def test_processes_racing_for_one_resource_never_hold_it_together(dsn: str) -> N
     assert len(wins) > 20, "too few wins to say anything"
     assert len({w[1] for w in wins}) > 1, "one process won every time: no race happened"
     assert len({w[0] for w in wins}) == len(wins), "a fence was issued twice"
-    for (f1, o1, exp1), (f2, o2, exp2) in zip(wins, wins[1:], strict=False):
+    for (f1, o1, exp1), (f2, o2, exp2) in itertools.pairwise(wins):
         claimed_at = exp2 - TTL
         if o1 != o2:
             assert claimed_at >= exp1 - 1e-6, (
