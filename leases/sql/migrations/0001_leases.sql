@@ -180,6 +180,15 @@ BEGIN
      WHERE resource = p_resource AND fence = p_fence AND inflight > 0;
     IF p_state = 'free' THEN
         DELETE FROM fencegate_effects
+         WHERE id = p_effect_id AND state = 'in_flight' AND fence = p_fence AND attempts = 1;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        IF n = 1 THEN
+            RETURN true;
+        END IF;
+        -- a resend after an unanswered attempt: that first attempt may have
+        -- landed, so the key is not free; it stays unknown (resendable while
+        -- the provider still dedupes)
+        UPDATE fencegate_effects SET state = 'unknown', updated_at = clock_timestamp()
          WHERE id = p_effect_id AND state = 'in_flight' AND fence = p_fence;
     ELSE
         UPDATE fencegate_effects

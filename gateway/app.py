@@ -1,0 +1,140 @@
+"""The aiohttp application: routes from the table, small middlewares, and the
+pool's and providers' lifecycles in ``cleanup_ctx``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+from aiohttp import web
+
+from leases import LeaseClient, migrate
+
+from .auth import Authenticator
+from .config import Config
+from .ledger import Ledger
+from .metrics import HTTP_DURATION
+from .problems import Problem
+from .providers import HttpProvider, Provider, SmtpProvider
+from .routes import CLIENT, ROUTES, Handler, Route, gw_of
+from .state import GATEWAY, Gateway
+
+log = logging.getLogger("fencegate.gateway")
+
+ROUTE_KEY = web.AppKey("routes", dict)
+PURGE_INTERVAL_SECONDS = 600.0
+POOL_SIZE = 20
+
+
+def _route_of(request: web.Request) -> Route | None:
+    info = request.match_info.route
+    routes: dict[object, Route] = request.app[ROUTE_KEY]
+    return routes.get(info)
+
+
+@web.middleware
+async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error becomes a problem document; nothing internal reaches the caller."""
+    route = _route_of(request)
+    try:
+        return await handler(request)
+    except Problem as p:
+        response = p.response()
+    except web.HTTPNotFound:
+        response = Problem("not_found", "no such route").response()
+    except web.HTTPMethodNotAllowed:
+        response = Problem("method_not_allowed", "method not allowed on this route").response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = Problem("bad_request", exc.reason or "bad request").response()
+    except Exception as exc:
+        log.error("unhandled error", extra={"path": request.path, "error": type(exc).__name__},
+                  exc_info=True)
+        response = Problem("internal_error", "the gateway failed; nothing more is known to "
+                           "the caller, the operator has the log").response()
+    return response
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    route = _route_of(request)
+    if route is not None and route.auth:
+        request[CLIENT] = gw_of(request).auth.client(request.headers.get("Authorization"))
+    return await handler(request)
+
+
+@web.middleware
+async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    route = _route_of(request)
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        if route is not None and route.effect:  # every answer to an effect echoes its key
+            key = request.headers.get("Idempotency-Key", "")
+            if key and key.isascii() and key.isprintable() and len(key) <= 255:
+                response.headers["Idempotency-Key"] = key
+        return response
+    finally:
+        HTTP_DURATION.labels(route=route.openapi_path if route else "unmatched",
+                             method=request.method, status=str(status)).observe(
+            time.perf_counter() - started)
+
+
+def make_providers(config: Config) -> dict[str, Provider]:
+    out: dict[str, Provider] = {}
+    for name, p in config.providers.items():
+        out[name] = SmtpProvider(p) if p.kind == "smtp" else \
+            HttpProvider(p, config.server.max_body_bytes)
+    return out
+
+
+def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True) -> web.Application:
+    """The gateway for ``config`` on the database at ``dsn``."""
+    app = web.Application(middlewares=[timing, problems, authenticate],
+                          client_max_size=config.server.max_body_bytes + 1)
+    routes: dict[object, Route] = {}
+    for r in ROUTES:
+        routes[app.router.add_route(r.method, r.path, r.handler)] = r
+    app[ROUTE_KEY] = routes
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        if migrate_on_start:
+            await migrate.migrate_dsn(dsn)
+        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL_SIZE)
+        gw = Gateway(config=config, pool=pool, ledger=Ledger(pool),
+                     leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
+                     providers=make_providers(config))
+        for provider in gw.providers.values():
+            await provider.start()
+        app[GATEWAY] = gw
+        purger = asyncio.get_running_loop().create_task(_purge_loop(gw))
+        try:
+            yield
+        finally:
+            purger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await purger
+            await gw.ledger.drain()
+            for provider in gw.providers.values():
+                await provider.close()
+            await pool.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+async def _purge_loop(gw: Gateway) -> None:
+    """Drop finished effects past retention; in-flight and unknown ones stay."""
+    while True:
+        await asyncio.sleep(PURGE_INTERVAL_SECONDS)
+        try:
+            await gw.ledger.purge(gw.config.server.effect_retention_seconds)
+        except Problem:
+            continue  # database down: try at the next pass

@@ -1,0 +1,38 @@
+"""Who is calling: API keys (stored as sha256) to clients, and the resources
+each client may act on (glob patterns)."""
+
+from __future__ import annotations
+
+import hashlib
+from fnmatch import fnmatchcase
+
+from .config import ClientConfig
+from .problems import Problem
+
+
+def key_sha256(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+class Authenticator:
+    def __init__(self, clients: tuple[ClientConfig, ...]) -> None:
+        self._by_hash = {c.key_sha256: c for c in clients}
+
+    def client(self, authorization: str | None) -> ClientConfig:
+        """The client behind an ``Authorization: Bearer`` header, or 401."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Problem("unauthenticated", "send Authorization: Bearer <api key>",
+                          headers={"WWW-Authenticate": "Bearer"})
+        client = self._by_hash.get(key_sha256(token.strip()))
+        if client is None:
+            raise Problem("unauthenticated", "unknown API key",
+                          headers={"WWW-Authenticate": "Bearer"})
+        return client
+
+
+def check_resource(client: ClientConfig, resource: str) -> None:
+    """403 unless one of the client's patterns matches ``resource``."""
+    if not any(fnmatchcase(resource, pattern) for pattern in client.resources):
+        raise Problem("forbidden_resource",
+                      f"client {client.name!r} may not act on this resource")

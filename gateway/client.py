@@ -1,0 +1,161 @@
+"""``GatewayClient``: send effects through the gateway on behalf of a lease.
+
+    GatewayProblem                 the gateway refused or failed (its ``code``)
+    ├── FenceRejected              412: stale_fence, lease_expired, no_lease, invalid_fence
+    ├── EffectInProgress           409, with ``retry_after``
+    ├── EffectOutcomeUnknown       409: an operator must resolve it
+    ├── IdempotencyKeyReused       422
+    ├── ProviderRejected           422: the provider refused for good (email)
+    ├── RateLimited                429, with ``retry_after``
+    ├── ProviderError              502: safe to retry
+    ├── Unavailable                503: the database is down, nothing was sent
+    └── ProviderTimeout            504: outcome unknown
+
+A provider's own answer (any status) to an HTTP effect is a result, not an
+error: only the gateway's problems (marked ``Fencegate-Problem``) raise.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+import aiohttp
+
+from .problems import PROBLEM_HEADER
+
+
+class FencedLease(Protocol):
+    resource: str
+    fence: int
+
+    def check(self) -> None: ...
+
+
+class GatewayProblem(Exception):
+    def __init__(self, status: int, document: dict[str, Any], headers: dict[str, str]) -> None:
+        self.status = status
+        self.document = document
+        self.code: str = document.get("code", "unknown")
+        self.detail: str = document.get("detail", "")
+        self.headers = headers
+        super().__init__(f"{status} {self.code}: {self.detail}")
+
+    @property
+    def retry_after(self) -> float | None:
+        value = self.headers.get("Retry-After")
+        return float(value) if value else None
+
+
+class FenceRejected(GatewayProblem):
+    @property
+    def current_fence(self) -> int | None:
+        return self.document.get("current_fence")
+
+
+class EffectInProgress(GatewayProblem): ...
+class EffectOutcomeUnknown(GatewayProblem): ...
+class IdempotencyKeyReused(GatewayProblem): ...
+class ProviderRejected(GatewayProblem): ...
+class RateLimited(GatewayProblem): ...
+class ProviderError(GatewayProblem): ...
+class Unavailable(GatewayProblem): ...
+class ProviderTimeout(GatewayProblem): ...
+
+
+_BY_CODE: dict[str, type[GatewayProblem]] = {
+    "stale_fence": FenceRejected, "lease_expired": FenceRejected, "no_lease": FenceRejected,
+    "invalid_fence": FenceRejected, "effect_in_progress": EffectInProgress,
+    "effect_outcome_unknown": EffectOutcomeUnknown,
+    "idempotency_key_reused": IdempotencyKeyReused, "provider_rejected": ProviderRejected,
+    "rate_limited": RateLimited, "provider_error": ProviderError, "unavailable": Unavailable,
+    "provider_timeout": ProviderTimeout,
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """A provider's answer to an effect (or the replay of it)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    replayed: bool
+
+    def json(self) -> Any:
+        return jsonlib.loads(self.body)
+
+
+class GatewayClient:
+    def __init__(self, base_url: str, api_key: str, *,
+                 session: aiohttp.ClientSession | None = None,
+                 timeout_seconds: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._auth = {"Authorization": f"Bearer {api_key}"}
+        self._session = session
+        self._own_session = session is None
+        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def _send(self, lease: FencedLease, key: str, method: str, path: str,
+                    **kwargs: Any) -> Result:
+        lease.check()  # a lost lease attempts nothing
+        headers = {**kwargs.pop("headers", None or {}), **self._auth,
+                   "Fence-Resource": lease.resource, "Fence-Token": str(lease.fence),
+                   "Idempotency-Key": key}
+        async with self._sess().request(method, self.base_url + path, headers=headers,
+                                        allow_redirects=False, **kwargs) as resp:
+            body = await resp.read()
+            hdrs = dict(resp.headers)
+            code = resp.headers.get(PROBLEM_HEADER)
+            if code is not None:
+                doc = jsonlib.loads(body)
+                raise _BY_CODE.get(code, GatewayProblem)(resp.status, doc, hdrs)
+            return Result(resp.status, hdrs, body,
+                          resp.headers.get("Idempotent-Replayed") == "true")
+
+    async def send_email(self, lease: FencedLease, idempotency_key: str, *, sender: str,
+                         to: list[str], subject: str, text: str | None = None,
+                         html: str | None = None, cc: list[str] | None = None,
+                         bcc: list[str] | None = None, reply_to: str | None = None,
+                         headers: dict[str, str] | None = None,
+                         provider: str | None = None) -> Result:
+        body: dict[str, Any] = {"from": sender, "to": to, "subject": subject}
+        for name, value in (("text", text), ("html", html), ("cc", cc), ("bcc", bcc),
+                            ("reply_to", reply_to), ("headers", headers),
+                            ("provider", provider)):
+            if value is not None:
+                body[name] = value
+        return await self._send(lease, idempotency_key, "POST", "/v1/email", json=body)
+
+    async def request(self, lease: FencedLease, provider: str, method: str, path: str,
+                      idempotency_key: str, *, json: Any = None, data: bytes | None = None,
+                      params: dict[str, str] | None = None,
+                      headers: dict[str, str] | None = None) -> Result:
+        kwargs: dict[str, Any] = {"headers": headers or {}}
+        if json is not None:
+            kwargs["json"] = json
+        if data is not None:
+            kwargs["data"] = data
+        if params:
+            kwargs["params"] = params
+        return await self._send(lease, idempotency_key, method.upper(),
+                                f"/v1/http/{provider}/{path.lstrip('/')}", **kwargs)

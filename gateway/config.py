@@ -1,0 +1,257 @@
+"""The gateway's configuration: the contract's TOML, validated when the process starts.
+
+Every error names the file and the key that is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_DATABASE_URL_ENV = "FENCEGATE_DATABASE_URL"
+DEFAULT_TIMEOUT_SECONDS = 10.0
+DEFAULT_RATE_LIMIT_PER_SECOND = 50.0
+DEFAULT_HTTP_IDEMPOTENCY_HEADER = "Idempotency-Key"
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+DEFAULT_SMTP_POOL_SIZE = 4
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class ConfigError(Exception):
+    """The configuration file is wrong; the message says where."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: finished effects are kept this long for replay, then purged
+    effect_retention_seconds: float = DEFAULT_RETENTION_SECONDS
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    name: str
+    key_sha256: str
+    resources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    name: str
+    kind: Literal["smtp", "http"]
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    rate_limit_per_second: float = DEFAULT_RATE_LIMIT_PER_SECOND
+    idempotency_header: str = ""
+    idempotency_window_seconds: float = 0.0
+    # smtp
+    host: str = ""
+    port: int = 0
+    tls: Literal["none", "starttls", "tls"] = "none"
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    pool_size: int = DEFAULT_SMTP_POOL_SIZE
+    # http
+    base_url: str = ""
+    signing_secret: str | None = field(default=None, repr=False)
+    #: sent as the Authorization header (the caller's own never is)
+    authorization: str | None = field(default=None, repr=False)
+
+    @property
+    def retry_window_seconds(self) -> float:
+        """How long a resend of an unanswered effect stays safe (0: never)."""
+        return self.idempotency_window_seconds if self.idempotency_header else 0.0
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig
+    database_url_env: str
+    clients: tuple[ClientConfig, ...]
+    providers: dict[str, ProviderConfig]
+    source: str = "<memory>"
+
+    @property
+    def default_email_provider(self) -> str | None:
+        smtp = [p.name for p in self.providers.values() if p.kind == "smtp"]
+        return smtp[0] if len(smtp) == 1 else None
+
+
+class _Reader:
+    """Typed access to one TOML table, with errors that name file and key."""
+
+    def __init__(self, source: str, prefix: str, table: Any) -> None:
+        self.source, self.prefix = source, prefix
+        if not isinstance(table, dict):
+            raise self.error("", "must be a table")
+        self.table: dict[str, Any] = table
+
+    def error(self, key: str, message: str) -> ConfigError:
+        where = ".".join(p for p in (self.prefix, key) if p)
+        return ConfigError(f"{self.source}: {where}: {message}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
+            required: bool = False) -> Any:
+        if key not in self.table:
+            if required:
+                raise self.error(key, "is required")
+            return default
+        value = self.table[key]
+        if isinstance(value, bool) and kind is not bool:
+            raise self.error(key, f"must be {_kind_name(kind)}")
+        if not isinstance(value, kind):
+            raise self.error(key, f"must be {_kind_name(kind)}")
+        return value
+
+    def number(self, key: str, default: float, low: float, high: float) -> float:
+        value = float(self.get(key, (int, float), default))
+        if not low <= value <= high:
+            raise self.error(key, f"must be between {low:g} and {high:g}")
+        return value
+
+    def secret(self, key: str) -> str | None:
+        """The value of the environment variable named by ``key``, if set in the file."""
+        env = self.get(key, str)
+        if env is None or env == "":
+            return None
+        value = os.environ.get(env)
+        if value is None:
+            raise self.error(key, f"names the environment variable {env}, which is not set")
+        return value
+
+    def check_unknown(self, known: set[str]) -> None:
+        for key in self.table:
+            if key not in known:
+                raise self.error(key, "is not a known key")
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+             list: "a list", dict: "a table"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _server(source: str, raw: Any) -> ServerConfig:
+    r = _Reader(source, "server", raw)
+    r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds"})
+    return ServerConfig(
+        host=r.get("host", str, DEFAULT_HOST),
+        port=int(r.number("port", DEFAULT_PORT, 0, 65535)),
+        max_body_bytes=int(r.number("max_body_bytes", DEFAULT_MAX_BODY_BYTES, 1, 2**31)),
+        effect_retention_seconds=r.number(
+            "effect_retention_seconds", DEFAULT_RETENTION_SECONDS, 60, 10 * 365 * 86400
+        ),
+    )
+
+
+def _client(source: str, index: int, raw: Any) -> ClientConfig:
+    r = _Reader(source, f"clients[{index}]", raw)
+    r.check_unknown({"name", "key_sha256", "resources"})
+    name = r.get("name", str, required=True)
+    if not _NAME.fullmatch(name):
+        raise r.error("name", "must be 1 to 64 of A-Z a-z 0-9 _ -")
+    key = r.get("key_sha256", str, required=True).lower()
+    if not _SHA256.fullmatch(key):
+        raise r.error("key_sha256", "must be 64 hex digits (sha256 of the API key)")
+    resources = r.get("resources", list, required=True)
+    if not resources or not all(isinstance(p, str) and p for p in resources):
+        raise r.error("resources", "must be a non-empty list of patterns such as \"run:*\"")
+    return ClientConfig(name, key, tuple(resources))
+
+
+_COMMON = {"kind", "timeout_seconds", "rate_limit_per_second", "idempotency_header",
+           "idempotency_window_seconds"}
+_SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size"}
+_HTTP = {"base_url", "signing_secret_env", "authorization_env"}
+
+
+def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
+    r = _Reader(source, f"providers.{name}", raw)
+    if not _NAME.fullmatch(name):
+        raise r.error("", "provider names must be 1 to 64 of A-Z a-z 0-9 _ -")
+    kind = r.get("kind", str, required=True)
+    if kind not in ("smtp", "http"):
+        raise r.error("kind", 'must be "smtp" or "http"')
+    r.check_unknown(_COMMON | (_SMTP if kind == "smtp" else _HTTP))
+    header = r.get("idempotency_header", str,
+                   DEFAULT_HTTP_IDEMPOTENCY_HEADER if kind == "http" else "")
+    if header and not _HEADER_NAME.fullmatch(header):
+        raise r.error("idempotency_header", "must be a header name (A-Z a-z 0-9 -)")
+    common: dict[str, Any] = {
+        "name": name,
+        "kind": kind,
+        "timeout_seconds": r.number("timeout_seconds", DEFAULT_TIMEOUT_SECONDS, 0.01, 3600),
+        "rate_limit_per_second": r.number(
+            "rate_limit_per_second", DEFAULT_RATE_LIMIT_PER_SECOND, 0.001, 1e6
+        ),
+        "idempotency_header": header,
+        "idempotency_window_seconds": r.number("idempotency_window_seconds", 0, 0, 366 * 86400),
+    }
+    if kind == "smtp":
+        tls = r.get("tls", str, "none")
+        if tls not in ("none", "starttls", "tls"):
+            raise r.error("tls", 'must be "none", "starttls" or "tls"')
+        return ProviderConfig(
+            **common,
+            host=r.get("host", str, required=True),
+            port=int(r.number("port", 465 if tls == "tls" else 25, 1, 65535)),
+            tls=tls,
+            username=r.secret("username_env"),
+            password=r.secret("password_env"),
+            pool_size=int(r.number("pool_size", DEFAULT_SMTP_POOL_SIZE, 1, 256)),
+        )
+    base_url = r.get("base_url", str, required=True)
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise r.error("base_url", "must be an absolute http:// or https:// URL")
+    if parts.query or parts.fragment:
+        raise r.error("base_url", "must not have a query or a fragment")
+    return ProviderConfig(**common, base_url=base_url.rstrip("/"),
+                          signing_secret=r.secret("signing_secret_env"),
+                          authorization=r.secret("authorization_env"))
+
+
+def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
+    """Validate a parsed TOML document into a ``Config``."""
+    top = _Reader(source, "", data)
+    top.check_unknown({"server", "database", "clients", "providers"})
+    server = _server(source, data.get("server", {}))
+    db = _Reader(source, "database", data.get("database", {}))
+    db.check_unknown({"url_env"})
+    clients = tuple(_client(source, i, c)
+                    for i, c in enumerate(top.get("clients", list, [])))
+    names = [c.name for c in clients]
+    if len(set(names)) != len(names):
+        raise top.error("clients", "client names must be unique")
+    if len({c.key_sha256 for c in clients}) != len(clients):
+        raise top.error("clients", "two clients share one API key")
+    raw_providers = top.get("providers", dict, {})
+    providers = {name: _provider(source, name, raw) for name, raw in raw_providers.items()}
+    return Config(server, db.get("url_env", str, DEFAULT_DATABASE_URL_ENV), clients,
+                  providers, source)
+
+
+def load(path: str | Path) -> Config:
+    """Read and validate the TOML file at ``path``."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse(data, str(path))

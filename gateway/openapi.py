@@ -1,0 +1,78 @@
+"""The OpenAPI 3.1 description, generated from the route table."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from .problems import PROBLEMS
+
+if TYPE_CHECKING:
+    from .routes import Route
+
+_EFFECT_HEADERS = [
+    {"name": "Fence-Resource", "in": "header", "required": True,
+     "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:/@-]{1,200}$"}},
+    {"name": "Fence-Token", "in": "header", "required": True,
+     "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}},
+    {"name": "Idempotency-Key", "in": "header", "required": True,
+     "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+                "pattern": "^[\\x21-\\x7e][\\x20-\\x7e]*$"}},
+]
+
+_PROBLEM_SCHEMA = {
+    "type": "object",
+    "required": ["type", "title", "status", "detail", "code"],
+    "properties": {
+        "type": {"type": "string"}, "title": {"type": "string"},
+        "status": {"type": "integer"}, "detail": {"type": "string"},
+        "code": {"type": "string", "enum": sorted(PROBLEMS)},
+        "current_fence": {"type": "integer"},
+    },
+}
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in re.findall(r"\{(\w+)", route.path)
+    ]
+    if route.effect:
+        params += _EFFECT_HEADERS
+    op: dict[str, Any] = {
+        "summary": route.summary,
+        "operationId": re.sub(r"\W+", "_", f"{route.method}_{route.openapi_path}").strip("_"),
+        "parameters": params,
+        "responses": {},
+    }
+    for status, text in sorted(route.answers.items()):
+        content = ({"application/json": {"schema": {"type": "object"}}} if status < 400
+                   else {"application/problem+json": {
+                       "schema": {"$ref": "#/components/schemas/Problem"}}})
+        op["responses"][str(status)] = {"description": text, "content": content}
+    if route.auth:
+        op["security"] = [{"bearer": []}]
+        op["responses"].setdefault("401", {"description": "unauthenticated", "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
+    if route.body is not None:
+        op["requestBody"] = {"required": True,
+                             "content": {"application/json": {"schema": route.body}}}
+    elif route.effect and route.method in ("POST", "PUT", "PATCH"):
+        op["requestBody"] = {"required": False, "content": {"*/*": {"schema": {}}}}
+    return op
+
+
+def document(routes: tuple[Route, ...]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.openapi_path, {})[route.method.lower()] = _operation(route)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "fencegate gateway", "version": "1",
+                 "description": "Fenced, idempotent email and HTTP effects."},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Problem": _PROBLEM_SCHEMA},
+        },
+    }

@@ -1,0 +1,66 @@
+"""What every provider offers the effect path.
+
+A provider turns one call into one ``Outcome``, and must tell apart the four
+endings, because the ledger treats them differently:
+
+- ``succeeded``: the provider acted; the answer is stored and replayed.
+- ``failed``: the provider refused for good; stored and replayed too.
+- ``retryable``: the provider certainly did not act; the key is freed.
+- ``unknown``: the provider may have acted (a timeout or a connection lost after
+  the request left); never sent again unless the provider dedupes on our key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from ..config import ProviderConfig
+from ..problems import Problem
+
+OutcomeKind = Literal["succeeded", "failed", "retryable", "unknown"]
+
+
+@dataclass(frozen=True)
+class ProviderCall:
+    """One attempt of one effect, as the provider needs it."""
+
+    client: str
+    key: str
+    derived_key: str
+    resource: str
+    fence: int
+    method: str = "POST"
+    path: str = ""
+    query: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    payload: object = None  # the validated EmailRequest for smtp
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    status: int  # what the gateway answers the caller
+    body: bytes
+    headers: dict[str, str]
+    summary: str  # one line for operators; never a secret or a message body
+    timed_out: bool = False
+
+
+class Provider(Protocol):
+    config: ProviderConfig
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(self, call: ProviderCall) -> Outcome: ...
+
+
+def problem_outcome(kind: OutcomeKind, code: str, detail: str, summary: str,
+                    **extra: object) -> Outcome:
+    """An Outcome whose answer to the caller is a problem document."""
+    p = Problem(code, detail, **extra)
+    return Outcome(kind, p.status, p.body(), p.response_headers(), summary,
+                   timed_out=code == "provider_timeout")

@@ -1,0 +1,125 @@
+"""HTTP providers (webhooks, CRMs, payment APIs) through aiohttp.
+
+Only the configured base URL is reachable: the caller's path is appended to it
+(after ``requests.provider_path`` refused escapes), redirects are handed back,
+never followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import time
+
+import aiohttp
+from yarl import URL
+
+from ..config import ProviderConfig
+from .base import Outcome, ProviderCall, problem_outcome
+
+#: never forwarded from the caller: hop-by-hop, and the gateway's own
+DROPPED_REQUEST_HEADERS = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length", "authorization", "cookie",
+    "fence-resource", "fence-token", "idempotency-key", "accept-encoding", "expect",
+    "webhook-id", "webhook-timestamp", "webhook-signature", "forwarded", "x-forwarded-for",
+    "x-forwarded-host", "x-forwarded-proto", "via",
+})
+#: the provider's answer headers handed back (content headers)
+KEPT_RESPONSE_HEADERS = ("Content-Type", "Content-Language", "Content-Disposition", "ETag",
+                         "Last-Modified", "Location", "Cache-Control")
+#: provider statuses that mean "failed, nothing done, try again"
+RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+KEEPALIVE_SECONDS = 4.0
+
+
+def forwarded_headers(caller: dict[str, str]) -> dict[str, str]:
+    connection_named = {
+        h.strip().lower() for h in caller.get("Connection", "").split(",") if h.strip()
+    }
+    return {k: v for k, v in caller.items()
+            if k.lower() not in DROPPED_REQUEST_HEADERS and k.lower() not in connection_named}
+
+
+def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """A Standard Webhooks ``webhook-signature`` value (``v1,<base64 hmac>``)."""
+    key = base64.b64decode(secret.removeprefix("whsec_")) if secret.startswith("whsec_") \
+        else secret.encode()
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+class HttpProvider:
+    def __init__(self, config: ProviderConfig, max_body_bytes: int) -> None:
+        self.config = config
+        self.max_body_bytes = max_body_bytes
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=KEEPALIVE_SECONDS)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+            auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def url(self, path: str, query: str) -> URL:
+        url = URL(f"{self.config.base_url}/{path}", encoded=True)
+        return url.with_query(query) if query else url
+
+    def headers(self, call: ProviderCall) -> dict[str, str]:
+        headers = forwarded_headers(call.headers)
+        headers["Fence-Resource"] = call.resource
+        headers["Fence-Token"] = str(call.fence)
+        if self.config.authorization:
+            headers["Authorization"] = self.config.authorization
+        if self.config.idempotency_header:
+            headers[self.config.idempotency_header] = call.derived_key
+        if self.config.signing_secret:
+            ts = int(time.time())
+            headers["webhook-id"] = call.derived_key
+            headers["webhook-timestamp"] = str(ts)
+            headers["webhook-signature"] = webhook_signature(
+                self.config.signing_secret, call.derived_key, ts, call.body)
+        return headers
+
+    async def send(self, call: ProviderCall) -> Outcome:
+        assert self._session is not None, "provider not started"
+        try:
+            async with asyncio.timeout(self.config.timeout_seconds):
+                async with self._session.request(
+                    call.method, self.url(call.path, call.query), data=call.body or None,
+                    headers=self.headers(call), allow_redirects=False,
+                ) as resp:
+                    body = await resp.content.read(self.max_body_bytes + 1)
+                    return self._outcome(resp, body)
+        except aiohttp.ClientConnectorError as e:
+            return problem_outcome("retryable", "provider_error",
+                                   f"cannot connect to the provider: {type(e).__name__}; "
+                                   "nothing was sent", "http connect failed")
+        except TimeoutError:
+            return problem_outcome("unknown", "provider_timeout",
+                                   "the provider did not answer in time; the request may have "
+                                   "reached it", "http timeout")
+        except aiohttp.ClientError as e:
+            return problem_outcome("unknown", "provider_timeout",
+                                   f"the connection to the provider was lost "
+                                   f"({type(e).__name__}); the request may have reached it",
+                                   "http connection lost")
+
+    def _outcome(self, resp: aiohttp.ClientResponse, body: bytes) -> Outcome:
+        headers = {h: resp.headers[h] for h in KEPT_RESPONSE_HEADERS if h in resp.headers}
+        if len(body) > self.max_body_bytes:
+            body = body[: self.max_body_bytes]
+            headers["Fencegate-Truncated"] = "true"
+        if resp.status in RETRYABLE_STATUSES:
+            return problem_outcome("retryable", "provider_error",
+                                   f"the provider answered {resp.status}; the key is free again",
+                                   f"http {resp.status}", provider_status=resp.status)
+        kind = "failed" if resp.status >= 400 else "succeeded"
+        return Outcome(kind, resp.status, body, headers, f"http {resp.status}")

@@ -1,0 +1,213 @@
+"""Email over SMTP (aiosmtplib), with a small connection pool per provider.
+
+The conversation is driven step by step so the gateway knows how far it got:
+a failure before DATA means nothing was sent (safe to retry); a failure during
+DATA means the message may have been accepted (unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from email.message import EmailMessage
+from email.policy import SMTP as SMTP_POLICY
+from email.utils import formatdate, parseaddr
+
+import aiosmtplib
+
+from ..config import ProviderConfig
+from ..idempotency import message_id
+from ..requests import EmailRequest
+from .base import Outcome, ProviderCall, problem_outcome
+
+log = logging.getLogger("fencegate.gateway.smtp")
+
+class _StaleConnection(Exception):
+    """A pooled connection was found closed before anything was sent."""
+
+
+_DISCONNECTS = (aiosmtplib.SMTPServerDisconnected, ConnectionError, OSError)
+
+
+def build_message(call: ProviderCall, req: EmailRequest, idempotency_header: str) -> bytes:
+    msg = EmailMessage()
+    msg["From"] = req.sender
+    msg["To"] = ", ".join(req.to)
+    if req.cc:
+        msg["Cc"] = ", ".join(req.cc)
+    if req.reply_to:
+        msg["Reply-To"] = req.reply_to
+    msg["Subject"] = req.subject
+    msg["Date"] = formatdate(usegmt=True)
+    msg["Message-ID"] = message_id(call.client, call.key)
+    msg["Fence-Resource"] = call.resource
+    msg["Fence-Token"] = str(call.fence)
+    if idempotency_header:
+        msg[idempotency_header] = call.derived_key
+    for name, value in req.headers.items():
+        msg[name] = value
+    if req.text is not None:
+        msg.set_content(req.text)
+        if req.html is not None:
+            msg.add_alternative(req.html, subtype="html")
+    else:
+        msg.set_content(req.html or "", subtype="html")
+    return msg.as_bytes(policy=SMTP_POLICY)
+
+
+def _sent(provider: str, mid: str, code: int, message: str,
+          refused: dict[str, str]) -> Outcome:
+    body = {"status": "sent", "message_id": mid, "provider": provider,
+            "provider_response": {"code": code, "message": message[:500],
+                                  "refused_recipients": refused}}
+    return Outcome("succeeded", 200, json.dumps(body).encode(),
+                   {"Content-Type": "application/json"},
+                   f"smtp {code}" + (f", {len(refused)} recipients refused" if refused else ""))
+
+
+def _refusal(e: aiosmtplib.SMTPResponseException, step: str) -> Outcome:
+    if 500 <= e.code < 600:
+        return problem_outcome("failed", "provider_rejected",
+                        f"the SMTP server refused the message at {step}: {e.code}",
+                        f"smtp {e.code} at {step}", provider_status=e.code)
+    return problem_outcome("retryable", "provider_error",
+                    f"the SMTP server deferred the message at {step}: {e.code}; nothing was "
+                    "sent, retry later", f"smtp {e.code} at {step}", provider_status=e.code)
+
+
+class SmtpProvider:
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self._idle: list[aiosmtplib.SMTP] = []
+        self._slots = asyncio.Semaphore(config.pool_size)
+
+    async def start(self) -> None:
+        pass  # connections are opened on demand
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.quit(), 1)
+            conn.close()
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        c = self.config
+        conn = aiosmtplib.SMTP(
+            hostname=c.host, port=c.port, timeout=c.timeout_seconds,
+            use_tls=c.tls == "tls", start_tls=True if c.tls == "starttls" else False,
+            username=c.username, password=c.password,
+        )
+        await conn.connect()
+        return conn
+
+    async def send(self, call: ProviderCall) -> Outcome:
+        req = call.payload
+        assert isinstance(req, EmailRequest)
+        data = build_message(call, req, self.config.idempotency_header)
+        sender = parseaddr(req.sender)[1]
+        step = ["connect"]
+        async with self._slots:
+            try:
+                async with asyncio.timeout(self.config.timeout_seconds):
+                    return await self._deliver(call, sender, req.recipients, data, step)
+            except TimeoutError:
+                if step[0] == "data":
+                    return problem_outcome("unknown", "provider_timeout",
+                                    "the SMTP server did not answer in time after the message "
+                                    "was sent; its outcome is unknown", "smtp timeout in DATA")
+                return problem_outcome("retryable", "provider_error",
+                                f"the SMTP server did not answer in time at {step[0]}; nothing "
+                                "was sent", f"smtp timeout at {step[0]}")
+
+    async def _deliver(self, call: ProviderCall, sender: str, recipients: list[str],
+                       data: bytes, step: list[str]) -> Outcome:
+        for attempt in range(2):
+            step[0] = "connect"
+            pooled = bool(self._idle)
+            try:
+                conn = self._idle.pop() if pooled else await self._connect()
+            except aiosmtplib.SMTPResponseException as e:
+                return _refusal(e, "connect")
+            except (*_DISCONNECTS, aiosmtplib.SMTPException) as e:
+                return problem_outcome("retryable", "provider_error",
+                                f"cannot connect to the SMTP server: {type(e).__name__}",
+                                "smtp connect failed")
+            try:
+                return await self._converse(conn, pooled and attempt == 0, call, sender,
+                                            recipients, data, step)
+            except _StaleConnection:
+                continue
+            except BaseException:
+                conn.close()  # cancelled (the deadline) or worse: never reuse it
+                raise
+        raise AssertionError("unreachable")
+
+    async def _converse(self, conn: aiosmtplib.SMTP, may_be_stale: bool, call: ProviderCall,
+                        sender: str, recipients: list[str], data: bytes,
+                        step: list[str]) -> Outcome:
+        step[0] = "envelope"
+        try:
+            outcome = await self._envelope(conn, sender, recipients)
+        except _DISCONNECTS:
+            conn.close()
+            if may_be_stale:
+                raise _StaleConnection from None  # nothing was sent: try a fresh one
+            return problem_outcome("retryable", "provider_error",
+                            "the SMTP server closed the connection before the message "
+                            "was sent", "smtp disconnect before DATA")
+        if isinstance(outcome, Outcome):
+            await self._recycle(conn, reset=True)
+            return outcome
+        step[0] = "data"
+        try:
+            response = await conn.data(data)
+        except aiosmtplib.SMTPResponseException as e:
+            await self._recycle(conn, reset=True)
+            return _refusal(e, "DATA")
+        except _DISCONNECTS as e:
+            conn.close()
+            return problem_outcome("unknown", "provider_timeout",
+                            f"the SMTP connection was lost during DATA ({type(e).__name__});"
+                            " the message may have been accepted", "smtp lost in DATA")
+        await self._recycle(conn, reset=False)
+        return _sent(self.config.name, message_id(call.client, call.key), response.code,
+                     response.message, outcome)
+
+    async def _envelope(self, conn: aiosmtplib.SMTP, sender: str,
+                        recipients: list[str]) -> Outcome | dict[str, str]:
+        """MAIL and RCPT. Answers the refused recipients, or the Outcome that ends
+        the effect before DATA."""
+        try:
+            await conn.mail(sender)
+        except aiosmtplib.SMTPResponseException as e:
+            return _refusal(e, "MAIL FROM")
+        refused: dict[str, str] = {}
+        for rcpt in recipients:
+            try:
+                await conn.rcpt(rcpt)
+            except aiosmtplib.SMTPResponseException as e:
+                if not 500 <= e.code < 600:
+                    # deferred for one recipient: sending to the others now would
+                    # make a retry a duplicate for them, so send to nobody
+                    return _refusal(e, "RCPT TO")
+                refused[rcpt] = f"{e.code} {e.message[:200]}"
+        if len(refused) == len(recipients):
+            return problem_outcome("failed", "provider_rejected",
+                            "the SMTP server refused every recipient",
+                            "smtp refused all recipients", refused_recipients=refused)
+        return refused
+
+    async def _recycle(self, conn: aiosmtplib.SMTP, reset: bool) -> None:
+        try:
+            if reset:
+                await conn.rset()
+        except (*_DISCONNECTS, aiosmtplib.SMTPException):
+            conn.close()
+            return
+        if conn.is_connected and len(self._idle) < self.config.pool_size:
+            self._idle.append(conn)
+        else:
+            conn.close()

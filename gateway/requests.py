@@ -1,0 +1,177 @@
+"""Pure checks of what a caller sends: effect headers, email fields, paths.
+
+Every failure is a ``Problem("bad_request")`` whose detail names the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from email.utils import parseaddr
+from typing import Any
+from urllib.parse import unquote
+
+from leases import policy
+
+from .problems import Problem
+
+MAX_FENCE = 2**63 - 1
+_KEY = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,254}")
+_DECIMAL = re.compile(r"[0-9]{1,19}")
+_ADDR = re.compile(r"[^\s@<>()\[\],;:\"\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+MAX_RECIPIENTS = 100
+MAX_SUBJECT = 998
+
+#: headers an email's "headers" field may not set: the gateway owns them
+RESERVED_EMAIL_HEADERS = frozenset({
+    "from", "to", "cc", "bcc", "reply-to", "subject", "message-id", "date", "sender",
+    "mime-version", "content-type", "content-transfer-encoding", "return-path", "received",
+})
+
+
+def bad(field: str, why: str) -> Problem:
+    return Problem("bad_request", f"{field}: {why}", field=field)
+
+
+def no_crlf(field: str, value: str) -> str:
+    if "\r" in value or "\n" in value or "\x00" in value:
+        raise bad(field, "must not contain CR, LF or NUL")
+    return value
+
+
+@dataclass(frozen=True)
+class FenceHeaders:
+    resource: str
+    fence: int
+    key: str
+
+
+def fence_headers(headers: Any) -> FenceHeaders:
+    """Read and check ``Fence-Resource``, ``Fence-Token`` and ``Idempotency-Key``."""
+    values = {}
+    for name in ("Fence-Resource", "Fence-Token", "Idempotency-Key"):
+        found = headers.getall(name, [])
+        if not found:
+            raise bad(name, "header is required")
+        if len(found) > 1:
+            raise bad(name, "header must appear once")
+        values[name] = no_crlf(name, found[0])
+    resource = values["Fence-Resource"]
+    if not policy.RESOURCE_PATTERN.fullmatch(resource):
+        raise bad("Fence-Resource", "must be 1 to 200 of A-Z a-z 0-9 . _ : / @ -")
+    token = values["Fence-Token"]
+    if not _DECIMAL.fullmatch(token) or not 0 < int(token) <= MAX_FENCE:
+        raise bad("Fence-Token", "must be a positive 64-bit decimal integer")
+    key = values["Idempotency-Key"]
+    if not _KEY.fullmatch(key):
+        raise bad("Idempotency-Key", "must be 1 to 255 printable ASCII characters")
+    return FenceHeaders(resource, int(token), key)
+
+
+def address(field: str, value: Any) -> str:
+    """One address, bare or ``Name <addr>``, returned as given."""
+    if not isinstance(value, str) or not value:
+        raise bad(field, "must be an email address")
+    no_crlf(field, value)
+    name, addr = parseaddr(value)
+    if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
+        raise bad(field, f"{value!r} is not a valid email address")
+    if any(ch in name for ch in '<>"\\'):
+        raise bad(field, "display name must not contain < > \" or \\")
+    return value
+
+
+def address_list(field: str, value: Any, required: bool) -> list[str]:
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or (required and not value):
+        raise bad(field, "must be a non-empty list of addresses" if required
+                  else "must be a list of addresses")
+    if len(value) > MAX_RECIPIENTS:
+        raise bad(field, f"at most {MAX_RECIPIENTS} addresses")
+    return [address(f"{field}[{i}]", v) for i, v in enumerate(value)]
+
+
+@dataclass(frozen=True)
+class EmailRequest:
+    provider: str | None
+    sender: str
+    to: list[str]
+    cc: list[str]
+    bcc: list[str]
+    reply_to: str | None
+    subject: str
+    text: str | None
+    html: str | None
+    headers: dict[str, str]
+
+    @property
+    def recipients(self) -> list[str]:
+        return [parseaddr(a)[1] for a in (*self.to, *self.cc, *self.bcc)]
+
+
+_EMAIL_FIELDS = {"provider", "from", "to", "cc", "bcc", "reply_to", "subject", "text", "html",
+                 "headers"}
+
+
+def email_request(body: Any) -> EmailRequest:
+    """Check the body of ``POST /v1/email``."""
+    if not isinstance(body, dict):
+        raise bad("body", "must be a JSON object")
+    for key in body:
+        if key not in _EMAIL_FIELDS:
+            raise bad(str(key)[:64], "is not a known field")
+    provider = body.get("provider")
+    if provider is not None and not isinstance(provider, str):
+        raise bad("provider", "must be a string")
+    subject = body.get("subject")
+    if not isinstance(subject, str):
+        raise bad("subject", "is required and must be a string")
+    if len(subject) > MAX_SUBJECT:
+        raise bad("subject", f"at most {MAX_SUBJECT} characters")
+    no_crlf("subject", subject)
+    text, html = body.get("text"), body.get("html")
+    for name, part in (("text", text), ("html", html)):
+        if part is not None and not isinstance(part, str):
+            raise bad(name, "must be a string")
+    if text is None and html is None:
+        raise bad("text", "text or html is required")
+    extra = body.get("headers") or {}
+    if not isinstance(extra, dict):
+        raise bad("headers", "must be an object of header names to values")
+    for name, value in extra.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise bad("headers", f"{name[:64]!r} is not a valid header name")
+        if name.lower() in RESERVED_EMAIL_HEADERS:
+            raise bad(f"headers.{name}", "is set by the gateway")
+        if not isinstance(value, str):
+            raise bad(f"headers.{name}", "must be a string")
+        no_crlf(f"headers.{name}", value)
+    reply_to = body.get("reply_to")
+    return EmailRequest(
+        provider=provider,
+        sender=address("from", body.get("from")),
+        to=address_list("to", body.get("to"), required=True),
+        cc=address_list("cc", body.get("cc"), required=False),
+        bcc=address_list("bcc", body.get("bcc"), required=False),
+        reply_to=None if reply_to is None else address("reply_to", reply_to),
+        subject=subject,
+        text=text,
+        html=html,
+        headers=dict(extra),
+    )
+
+
+def provider_path(path: str) -> str:
+    """The path after ``/v1/http/{provider}/``, refused if it could leave the
+    provider's base URL."""
+    decoded = unquote(path)
+    no_crlf("path", decoded)
+    if "\\" in decoded or "://" in decoded or decoded.startswith("/"):
+        raise bad("path", "must be a relative path under the provider's base URL")
+    if any(seg in (".", "..") for seg in decoded.split("/")):
+        raise bad("path", "must not contain . or .. segments")
+    if "%" in decoded and unquote(decoded) != decoded:
+        raise bad("path", "must not be encoded twice")
+    return path

@@ -1,0 +1,349 @@
+"""Every route of the gateway, as one table: the router and /openapi.json are
+both built from ``ROUTES``, so they cannot drift apart."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+
+from leases import InvalidArgument, migrate
+from leases import policy as lease_policy
+
+from . import effects, requests
+from .auth import check_resource
+from .config import ClientConfig
+from .idempotency import canonical_body
+from .problems import Problem
+from .providers import Provider
+from .state import GATEWAY, Gateway
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CLIENT = web.RequestKey("client", ClientConfig)
+PROXY_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # aiohttp pattern
+    handler: Handler
+    summary: str
+    auth: bool = True
+    effect: bool = False
+    body: dict[str, Any] | None = None  # JSON schema of the request body
+    answers: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def openapi_path(self) -> str:
+        return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", self.path)
+
+
+def gw_of(request: web.Request) -> Gateway:
+    return request.app[GATEWAY]
+
+
+def client_of(request: web.Request) -> ClientConfig:
+    client: ClientConfig = request[CLIENT]
+    return client
+
+
+async def read_body(request: web.Request) -> bytes:
+    limit = gw_of(request).config.server.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
+    return body
+
+
+async def read_json(request: web.Request) -> Any:
+    body = await read_body(request)
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError:
+        raise requests.bad("body", "must be UTF-8") from None
+    except ValueError:
+        raise requests.bad("body", "must be valid JSON") from None
+
+
+def provider_named(gw: Gateway, name: str | None, kind: str) -> Provider:
+    if name is None:
+        default = gw.config.default_email_provider if kind == "smtp" else None
+        if default is None:
+            raise requests.bad("provider", "is required: more than one email provider is "
+                               "configured" if kind == "smtp" else "is required")
+        name = default
+    provider = gw.providers.get(name)
+    if provider is None or provider.config.kind != kind:
+        raise requests.bad("provider", f"{name[:64]!r} is not a configured {kind} provider")
+    return provider
+
+
+def checked_fence(request: web.Request) -> requests.FenceHeaders:
+    fence = requests.fence_headers(request.headers)
+    check_resource(client_of(request), fence.resource)
+    return fence
+
+
+# ---- effects ---------------------------------------------------------------
+
+async def send_email(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    fence = checked_fence(request)
+    raw = await read_body(request)
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise requests.bad("body", "must be valid UTF-8 JSON") from None
+    email = requests.email_request(body)
+    provider = provider_named(gw, email.provider, "smtp")
+    effect = effects.make_effect(
+        client_of(request).name, fence, provider, method="POST", path="email", query="",
+        headers={}, body=b"", canonical=canonical_body(raw, "application/json"), payload=email,
+    )
+    return await effects.run(gw, effect)
+
+
+async def proxy_http(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    fence = checked_fence(request)
+    name = request.match_info["provider"]
+    prefix = f"/v1/http/{name}/"
+    raw_path = request.rel_url.raw_path
+    if not raw_path.startswith(prefix):
+        raise requests.bad("path", "must follow /v1/http/{provider}/")
+    path = requests.provider_path(raw_path[len(prefix):])
+    body = await read_body(request)
+    provider = provider_named(gw, name, "http")
+    effect = effects.make_effect(
+        client_of(request).name, fence, provider, method=request.method, path=path,
+        query=request.rel_url.raw_query_string, headers=dict(request.headers), body=body,
+        canonical=canonical_body(body, request.content_type),
+    )
+    return await effects.run(gw, effect)
+
+
+# ---- leases ----------------------------------------------------------------
+
+def _field(body: Any, name: str, kind: type | tuple[type, ...], required: bool = True) -> Any:
+    if not isinstance(body, dict):
+        raise requests.bad("body", "must be a JSON object")
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if value is None or isinstance(value, bool) or not isinstance(value, kind):
+        raise requests.bad(name, "is required" if value is None else "has the wrong type")
+    return value
+
+
+def _lease_args(request: web.Request, body: Any, *, owner_required: bool,
+                fence: bool, ttl: bool) -> dict[str, Any]:
+    resource = _field(body, "resource", str)
+    out: dict[str, Any] = {"resource": resource}
+    try:
+        lease_policy.check_resource(resource)
+        owner = _field(body, "owner", str, required=owner_required)
+        out["owner"] = lease_policy.check_owner(owner) if owner is not None else None
+        if fence:
+            out["fence"] = lease_policy.check_fence(_field(body, "fence", int))
+        if ttl:
+            out["ttl"] = lease_policy.check_ttl(_field(body, "ttl_seconds", (int, float)))
+    except InvalidArgument as exc:
+        raise requests.bad("body", str(exc)) from None
+    check_resource(client_of(request), resource)
+    return out
+
+
+def _lease_answer(resource: str, owner: str, fence: int, expires_at: Any,
+                  ttl: float) -> web.Response:
+    return web.json_response({"resource": resource, "owner": owner, "fence": fence,
+                              "expires_at": expires_at.isoformat(), "ttl_seconds": ttl})
+
+
+async def claim_lease(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    a = _lease_args(request, await read_json(request), owner_required=False,
+                    fence=False, ttl=True)
+    owner = a["owner"] or f"{client_of(request).name}:{lease_policy.default_owner()}:" \
+                          f"{id(request):x}"
+    lease = await gw.ledger.call(lambda: gw.leases.claim(a["resource"], a["ttl"], owner=owner))
+    if lease is None:
+        raise Problem("lease_held", "another owner holds a live lease on this resource")
+    return _lease_answer(lease.resource, lease.owner, lease.fence, lease.expires_at, a["ttl"])
+
+
+async def renew_lease(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    a = _lease_args(request, await read_json(request), owner_required=True,
+                    fence=True, ttl=True)
+    expires = await gw.ledger.call(
+        lambda: gw.leases.renew(a["resource"], a["owner"], a["fence"], a["ttl"]))
+    if expires is None:
+        raise Problem("lease_lost", "the lease expired, was released, or belongs to another "
+                      "owner or fence")
+    return _lease_answer(a["resource"], a["owner"], a["fence"], expires, a["ttl"])
+
+
+async def release_lease(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    a = _lease_args(request, await read_json(request), owner_required=True,
+                    fence=True, ttl=False)
+    released = await gw.ledger.call(
+        lambda: gw.leases.release(a["resource"], a["owner"], a["fence"]))
+    return web.json_response({"released": released})
+
+
+async def show_lease(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    resource = request.match_info["resource"]
+    try:
+        lease_policy.check_resource(resource)
+    except InvalidArgument as exc:
+        raise requests.bad("resource", str(exc)) from None
+    check_resource(client_of(request), resource)
+    info = await gw.ledger.call(lambda: gw.leases.show(resource))
+    if info is None:
+        return web.json_response({"resource": resource, "owner": None, "fence": None,
+                                  "expires_at": None, "live": False})
+    return web.json_response({"resource": info.resource, "owner": info.owner,
+                              "fence": info.fence, "expires_at": info.expires_at.isoformat(),
+                              "live": info.live})
+
+
+# ---- effects, for operators ------------------------------------------------
+
+async def show_effect(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    key = request.match_info["key"]
+    effect = await gw.ledger.show(client_of(request).name, key)
+    if effect is None:
+        raise Problem("not_found", "no effect with this Idempotency-Key for this client")
+    return web.json_response(effect)
+
+
+async def resolve_effect(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+    key = request.match_info["key"]
+    body = await read_json(request)
+    outcome = _field(body, "outcome", str)
+    if outcome not in ("sent", "not_sent"):
+        raise requests.bad("outcome", 'must be "sent" or "not_sent"')
+    client = client_of(request).name
+    if not await gw.ledger.resolve(client, key, outcome):
+        if await gw.ledger.show(client, key) is None:
+            raise Problem("not_found", "no effect with this Idempotency-Key for this client")
+        raise Problem("effect_not_unknown", "only an effect whose outcome is unknown can be "
+                      "resolved")
+    return web.json_response({"idempotency_key": key, "resolved": outcome})
+
+
+# ---- service ---------------------------------------------------------------
+
+async def healthz(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.StreamResponse:
+    gw = gw_of(request)
+
+    async def version() -> int:
+        async with gw.pool.acquire() as conn:
+            return await migrate.applied_version(conn)
+
+    found = await gw.ledger.call(version)
+    if found != migrate.latest_version():
+        raise Problem("unavailable", f"the database is at schema version {found}, "
+                      f"this gateway needs {migrate.latest_version()}")
+    return web.json_response({"status": "ready", "schema_version": found})
+
+
+async def metrics(request: web.Request) -> web.StreamResponse:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        text = generate_latest(registry)
+    else:
+        text = generate_latest(REGISTRY)
+    return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+async def openapi(request: web.Request) -> web.StreamResponse:
+    from .openapi import document
+
+    return web.json_response(document(ROUTES))
+
+
+_EMAIL_SCHEMA = {
+    "type": "object", "required": ["from", "to", "subject"], "additionalProperties": False,
+    "properties": {
+        "provider": {"type": "string"}, "from": {"type": "string"},
+        "to": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "cc": {"type": "array", "items": {"type": "string"}},
+        "bcc": {"type": "array", "items": {"type": "string"}},
+        "reply_to": {"type": "string"}, "subject": {"type": "string"},
+        "text": {"type": "string"}, "html": {"type": "string"},
+        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+_RESOURCE = {"type": "string", "pattern": "^[A-Za-z0-9._:/@-]{1,200}$"}
+_FENCE = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+_TTL = {"type": "number", "minimum": lease_policy.MIN_TTL_SECONDS,
+        "maximum": lease_policy.MAX_TTL_SECONDS}
+
+
+def _lease_schema(*required: str) -> dict[str, Any]:
+    props = {"resource": _RESOURCE, "owner": {"type": "string", "minLength": 1,
+                                              "maxLength": 200},
+             "fence": _FENCE, "ttl_seconds": _TTL}
+    return {"type": "object", "required": list(required),
+            "properties": {k: v for k, v in props.items() if k in required or k == "owner"}}
+
+
+_EFFECT_ANSWERS = {200: "the provider's answer (or a replay of it)", 400: "bad_request",
+                   401: "unauthenticated", 403: "forbidden_resource",
+                   409: "effect_in_progress | effect_outcome_unknown",
+                   412: "stale_fence | lease_expired | no_lease | invalid_fence",
+                   413: "payload_too_large", 422: "idempotency_key_reused | provider_rejected",
+                   429: "rate_limited", 502: "provider_error", 503: "unavailable",
+                   504: "provider_timeout"}
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/email", send_email, "Send one email through an SMTP provider",
+          effect=True, body=_EMAIL_SCHEMA, answers=_EFFECT_ANSWERS),
+    *(Route(m, "/v1/http/{provider}/{path:.*}", proxy_http,
+            f"Forward a {m} request to a configured HTTP provider", effect=True,
+            answers=_EFFECT_ANSWERS) for m in PROXY_METHODS),
+    Route("POST", "/v1/leases/claim", claim_lease, "Claim a lease",
+          body=_lease_schema("resource", "ttl_seconds"),
+          answers={200: "the lease", 409: "lease_held"}),
+    Route("POST", "/v1/leases/renew", renew_lease, "Renew a lease",
+          body=_lease_schema("resource", "owner", "fence", "ttl_seconds"),
+          answers={200: "the lease", 409: "lease_lost"}),
+    Route("POST", "/v1/leases/release", release_lease, "Release a lease",
+          body=_lease_schema("resource", "owner", "fence"),
+          answers={200: "{released: bool}"}),
+    Route("GET", "/v1/leases/{resource:[A-Za-z0-9._:/@-]+}", show_lease, "Show a resource's lease",
+          answers={200: "the lease"}),
+    Route("GET", "/v1/effects/{key}", show_effect, "Show an effect",
+          answers={200: "the effect", 404: "not_found"}),
+    Route("POST", "/v1/effects/{key}/resolve", resolve_effect,
+          "Settle an effect whose outcome is unknown",
+          body={"type": "object", "required": ["outcome"],
+                "properties": {"outcome": {"enum": ["sent", "not_sent"]}}},
+          answers={200: "resolved", 404: "not_found", 409: "effect_not_unknown"}),
+    Route("GET", "/healthz", healthz, "Liveness", auth=False, answers={200: "alive"}),
+    Route("GET", "/readyz", readyz, "Readiness: database reachable and migrated", auth=False,
+          answers={200: "ready", 503: "unavailable"}),
+    Route("GET", "/metrics", metrics, "Prometheus metrics", auth=False,
+          answers={200: "text format"}),
+    Route("GET", "/openapi.json", openapi, "This description", auth=False,
+          answers={200: "OpenAPI 3.1"}),
+)

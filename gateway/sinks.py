@@ -1,0 +1,114 @@
+"""Local peers that record what reaches them: an SMTP sink (aiosmtpd) and a
+webhook sink (aiohttp). ``fencegate dev`` runs them; the tests drive them.
+
+Each can be told how to answer (a status, a delay) to play a failing provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+
+@dataclass
+class Delivery:
+    """One message or request that reached a sink."""
+
+    headers: dict[str, str]
+    body: bytes
+    recipients: list[str] = field(default_factory=list)
+    method: str = ""
+    path: str = ""
+
+    def header(self, name: str) -> str | None:
+        lowered = name.lower()
+        for k, v in self.headers.items():
+            if k.lower() == lowered:
+                return v
+        return None
+
+
+class SmtpSink:
+    """An aiosmtpd server on this event loop that keeps every accepted message."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        #: answer to DATA instead of accepting, e.g. "550 no such user"
+        self.data_reply: str | None = None
+        #: answer to RCPT for these addresses, e.g. {"x@y": "550 unknown"}
+        self.rcpt_replies: dict[str, str] = {}
+        #: seconds to wait before answering DATA (after reading the message)
+        self.data_delay = 0.0
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
+                          address: str, rcpt_options: list[str]) -> str:
+        reply = self.rcpt_replies.get(address)
+        if reply:
+            return reply
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        if self.data_delay:
+            await asyncio.sleep(self.data_delay)
+        if self.data_reply:
+            return self.data_reply
+        content = envelope.original_content or b""
+        msg = email.message_from_bytes(content, policy=email.policy.default)
+        self.deliveries.append(Delivery(headers={k: str(v) for k, v in msg.items()},
+                                        body=content, recipients=list(envelope.rcpt_tos)))
+        return "250 Message accepted for delivery"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> SmtpSink:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: SMTP(self, hostname="fencegate-sink", loop=loop), host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+class WebhookSink:
+    """An aiohttp server that records every request and answers as told."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.status = 200
+        self.delay = 0.0
+        self.reply: Any = {"ok": True}
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.deliveries.append(Delivery(headers=dict(request.headers), body=body,
+                                        method=request.method, path=request.path_qs))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return web.json_response(self.reply, status=self.status)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> WebhookSink:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

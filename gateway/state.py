@@ -1,0 +1,30 @@
+"""What the running gateway holds, shared through ``web.AppKey``s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import asyncpg
+from aiohttp import web
+
+from leases import LeaseClient
+
+from .auth import Authenticator
+from .config import Config
+from .ledger import Ledger
+from .providers import Provider
+from .ratelimit import TokenBucket
+
+
+@dataclass
+class Gateway:
+    config: Config
+    pool: asyncpg.Pool
+    ledger: Ledger
+    leases: LeaseClient
+    auth: Authenticator
+    providers: dict[str, Provider]
+    buckets: dict[str, TokenBucket] = field(default_factory=dict)
+
+
+GATEWAY = web.AppKey("gateway", Gateway)

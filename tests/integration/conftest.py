@@ -1,0 +1,136 @@
+"""A real gateway in front of a real SMTP sink and a real webhook sink, on a
+fresh database per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway import config as gconfig
+from gateway.app import build_app
+from gateway.auth import key_sha256
+from gateway.sinks import SmtpSink, WebhookSink
+from leases import Lease, LeaseClient
+
+API_KEY = "test-key-agents"
+OTHER_KEY = "test-key-other"
+PROVIDER_TIMEOUT = 1.0
+
+
+@pytest.fixture
+async def smtp_sink() -> AsyncIterator[SmtpSink]:
+    sink = await SmtpSink().start()
+    yield sink
+    await sink.close()
+
+
+@pytest.fixture
+async def webhook_sink() -> AsyncIterator[WebhookSink]:
+    sink = await WebhookSink().start()
+    yield sink
+    await sink.close()
+
+
+def gateway_config(smtp_port: int, http_port: int, **server: Any) -> gconfig.Config:
+    return gconfig.parse({
+        "server": {"max_body_bytes": 64 * 1024, **server},
+        "clients": [
+            {"name": "agents", "key_sha256": key_sha256(API_KEY),
+             "resources": ["run:*", "lead:*", "job:*"]},
+            {"name": "other", "key_sha256": key_sha256(OTHER_KEY), "resources": ["other:*"]},
+        ],
+        "providers": {
+            "mail": {"kind": "smtp", "host": "127.0.0.1", "port": smtp_port,
+                     "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000},
+            "crm": {"kind": "http", "base_url": f"http://127.0.0.1:{http_port}/api",
+                    "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
+                    "idempotency_header": "Idempotency-Key",
+                    "idempotency_window_seconds": 86400},
+            "hook": {"kind": "http", "base_url": f"http://127.0.0.1:{http_port}/hook",
+                     "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
+                     "idempotency_header": ""},
+            "slowlane": {"kind": "http", "base_url": f"http://127.0.0.1:{http_port}/slow",
+                         "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 2,
+                         "idempotency_header": ""},
+        },
+    }, "test.toml")
+
+
+@dataclass
+class Gw:
+    """A running gateway and what a test needs around it."""
+
+    url: str
+    http: aiohttp.ClientSession
+    pool: asyncpg.Pool
+    leases: LeaseClient
+    smtp: SmtpSink
+    hook: WebhookSink
+
+    def headers(self, lease: Lease | None = None, key: str = "k1", *,
+                api_key: str = API_KEY, resource: str | None = None,
+                fence: int | str | None = None) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {api_key}",
+            "Fence-Resource": resource or (lease.resource if lease else "run:1"),
+            "Fence-Token": str(fence if fence is not None else (lease.fence if lease else 1)),
+            "Idempotency-Key": key,
+        }
+
+    async def post(self, path: str, headers: dict[str, str], **kw: Any) -> tuple[int, dict[str, str], Any]:
+        async with self.http.post(self.url + path, headers=headers, **kw) as r:
+            body = await r.read()
+            try:
+                data = await r.json(content_type=None)
+            except ValueError:
+                data = body
+            return r.status, dict(r.headers), data
+
+    async def request(self, method: str, path: str, headers: dict[str, str],
+                      **kw: Any) -> tuple[int, dict[str, str], Any]:
+        async with self.http.request(method, self.url + path, headers=headers, **kw) as r:
+            body = await r.read()
+            try:
+                data = await r.json(content_type=None)
+            except ValueError:
+                data = body
+            return r.status, dict(r.headers), data
+
+    async def email(self, lease: Lease | None, key: str = "k1", **over: Any) -> tuple[int, dict[str, str], Any]:
+        body = {"from": "Agent <agent@example.com>", "to": ["lead@example.com"],
+                "subject": "Hello", "text": "Hi there"}
+        body.update(over.pop("body", {}))
+        return await self.post("/v1/email", self.headers(lease, key, **over), json=body)
+
+    async def metric(self, name: str, **labels: str) -> float:
+        async with self.http.get(self.url + "/metrics") as r:
+            text = await r.text()
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            metric, _, value = line.rpartition(" ")
+            mname, _, mlabels = metric.partition("{")
+            got = ",".join(sorted(mlabels.rstrip("}").split(","))) if mlabels else ""
+            if mname == name and got == want:
+                return float(value)
+        return 0.0
+
+
+@pytest.fixture
+async def gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
+             webhook_sink: WebhookSink) -> AsyncIterator[Gw]:
+    app = build_app(gateway_config(smtp_sink.port, webhook_sink.port), dsn,
+                    migrate_on_start=False)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    async with aiohttp.ClientSession() as http:
+        yield Gw(str(server.make_url("")).rstrip("/"), http, pool,
+                 LeaseClient(pool=pool, owner="worker-a"), smtp_sink, webhook_sink)
+    await server.close()
