@@ -108,7 +108,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True) -> web
         if migrate_on_start:
             await migrate.migrate_dsn(dsn)
         pool = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL_SIZE)
-        gw = Gateway(config=config, pool=pool, ledger=Ledger(pool),
+        gw = Gateway(config=config, pool=pool, ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
                      providers=make_providers(config))
         for provider in gw.providers.values():

@@ -21,6 +21,7 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 DEFAULT_RATE_LIMIT_PER_SECOND = 50.0
 DEFAULT_HTTP_IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+DEFAULT_DATABASE_TIMEOUT_SECONDS = 5.0
 DEFAULT_SMTP_POOL_SIZE = 4
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -39,6 +40,8 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: finished effects are kept this long for replay, then purged
     effect_retention_seconds: float = DEFAULT_RETENTION_SECONDS
+    #: a database call slower than this fails closed (503)
+    database_timeout_seconds: float = DEFAULT_DATABASE_TIMEOUT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -146,13 +149,17 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 def _server(source: str, raw: Any) -> ServerConfig:
     r = _Reader(source, "server", raw)
-    r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds"})
+    r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds",
+                     "database_timeout_seconds"})
     return ServerConfig(
         host=r.get("host", str, DEFAULT_HOST),
         port=int(r.number("port", DEFAULT_PORT, 0, 65535)),
         max_body_bytes=int(r.number("max_body_bytes", DEFAULT_MAX_BODY_BYTES, 1, 2**31)),
         effect_retention_seconds=r.number(
             "effect_retention_seconds", DEFAULT_RETENTION_SECONDS, 60, 10 * 365 * 86400
+        ),
+        database_timeout_seconds=r.number(
+            "database_timeout_seconds", DEFAULT_DATABASE_TIMEOUT_SECONDS, 0.1, 300
         ),
     )
 

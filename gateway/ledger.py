@@ -22,8 +22,6 @@ from .problems import Problem
 
 log = logging.getLogger("fencegate.gateway")
 
-#: how long one database call may take before the gateway fails closed
-DB_TIMEOUT_SECONDS = 5.0
 #: an effect's deadline is its provider's timeout plus this
 DEADLINE_SLACK_SECONDS = 2.0
 
@@ -50,14 +48,15 @@ class StoredAnswer:
 
 
 class Ledger:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, timeout_seconds: float) -> None:
         self.pool = pool
+        self.timeout = timeout_seconds
         self._background: set[asyncio.Task[None]] = set()
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run one database call; any failure to reach the database is a 503."""
         try:
-            async with asyncio.timeout(DB_TIMEOUT_SECONDS):
+            async with asyncio.timeout(self.timeout):
                 return await op()
         except UNREACHABLE_ERRORS as exc:
             DB_UNAVAILABLE.inc()
@@ -94,11 +93,11 @@ class Ledger:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
-    async def _finish_later(self, args: tuple[Any, ...], attempts: int = 30) -> None:
+    async def _finish_later(self, args: tuple[Any, ...], attempts: int = 60) -> None:
         for _ in range(attempts):
             await asyncio.sleep(1)
             try:
-                async with asyncio.timeout(DB_TIMEOUT_SECONDS):
+                async with asyncio.timeout(self.timeout):
                     await self.pool.fetchval(sql.query("finish_effect"), *args)
                 return
             except UNREACHABLE_ERRORS:
@@ -109,7 +108,7 @@ class Ledger:
     async def drain(self) -> None:
         """Wait for background writes (at shutdown)."""
         if self._background:
-            await asyncio.wait(self._background, timeout=DB_TIMEOUT_SECONDS)
+            await asyncio.wait(self._background, timeout=self.timeout)
 
     async def show(self, client: str, key: str) -> dict[str, Any] | None:
         row = await self.call(lambda: self.pool.fetchrow(sql.query("show_effect"), client, key))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,9 @@ class Delivery:
     recipients: list[str] = field(default_factory=list)
     method: str = ""
     path: str = ""
+    received_at: float = field(default_factory=time.monotonic)
+    #: when the sink finished answering (after any delay)
+    answered_at: float | None = None
 
     def header(self, name: str) -> str | None:
         lowered = name.lower()
@@ -93,11 +97,16 @@ class WebhookSink:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.deliveries.append(Delivery(headers=dict(request.headers), body=body,
-                                        method=request.method, path=request.path_qs))
+        delivery = Delivery(headers=dict(request.headers), body=body, method=request.method,
+                            path=request.path_qs)
+        self.deliveries.append(delivery)
         if self.delay:
             await asyncio.sleep(self.delay)
-        return web.json_response(self.reply, status=self.status)
+        response = web.json_response(self.reply, status=self.status)
+        await response.prepare(request)
+        await response.write_eof()
+        delivery.answered_at = time.monotonic()
+        return response
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> WebhookSink:
         app = web.Application()

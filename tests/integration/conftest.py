@@ -3,7 +3,7 @@ fresh database per test."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,13 +124,30 @@ class Gw:
 
 
 @pytest.fixture
-async def gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
-             webhook_sink: WebhookSink) -> AsyncIterator[Gw]:
-    app = build_app(gateway_config(smtp_sink.port, webhook_sink.port), dsn,
-                    migrate_on_start=False)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    async with aiohttp.ClientSession() as http:
-        yield Gw(str(server.make_url("")).rstrip("/"), http, pool,
-                 LeaseClient(pool=pool, owner="worker-a"), smtp_sink, webhook_sink)
-    await server.close()
+async def make_gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
+                  webhook_sink: WebhookSink) -> AsyncIterator[Callable[..., Awaitable[Gw]]]:
+    """Start a gateway; ``gateway_dsn`` points it elsewhere (a fault proxy)."""
+    servers: list[TestServer] = []
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def start(gateway_dsn: str | None = None, **server: Any) -> Gw:
+        app = build_app(gateway_config(smtp_sink.port, webhook_sink.port, **server),
+                        gateway_dsn or dsn, migrate_on_start=False)
+        test_server = TestServer(app, host="127.0.0.1")
+        await test_server.start_server()
+        servers.append(test_server)
+        http = aiohttp.ClientSession()
+        sessions.append(http)
+        return Gw(str(test_server.make_url("")).rstrip("/"), http, pool,
+                  LeaseClient(pool=pool, owner="worker-a"), smtp_sink, webhook_sink)
+
+    yield start
+    for http in sessions:
+        await http.close()
+    for test_server in servers:
+        await test_server.close()
+
+
+@pytest.fixture
+async def gw(make_gw: Callable[..., Awaitable[Gw]]) -> Gw:
+    return await make_gw()

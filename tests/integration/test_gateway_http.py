@@ -1,0 +1,171 @@
+"""HTTP effects through the gateway to a real aiohttp peer."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+
+import pytest
+from yarl import URL
+
+from gateway import idempotency
+from tests.integration.conftest import PROVIDER_TIMEOUT, Gw
+
+
+async def test_a_request_is_forwarded_with_fence_and_provider_key(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    h = {**gw.headers(lease, "crm-1"), "X-Trace": "abc", "Connection": "keep-alive, X-Hop",
+         "X-Hop": "secret-hop"}
+    status, headers, body = await gw.request(
+        "POST", "/v1/http/crm/contacts/7/notes?source=agent", h, json={"note": "hi"})
+    assert status == 200 and body == {"ok": True}
+    assert headers["Idempotency-Key"] == "crm-1"
+    [d] = gw.hook.deliveries
+    assert d.method == "POST" and d.path == "/api/contacts/7/notes?source=agent"
+    assert d.header("Fence-Resource") == "lead:7"
+    assert d.header("Fence-Token") == str(lease.fence)
+    assert d.header("Idempotency-Key") == idempotency.derived_key("agents", "crm-1")
+    assert d.header("X-Trace") == "abc"
+    assert d.header("X-Hop") is None  # named in Connection: hop-by-hop
+    assert d.header("Authorization") is None  # the gateway's key never leaves it
+    assert json.loads(d.body) == {"note": "hi"}
+
+
+async def test_the_provider_answer_is_stored_and_replayed(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    gw.hook.status, gw.hook.reply = 201, {"id": 99}
+    s1, h1, b1 = await gw.request("PUT", "/v1/http/crm/contacts/7", gw.headers(lease, "put-1"),
+                                  json={"a": 1})
+    gw.hook.status, gw.hook.reply = 200, {"id": "other"}
+    s2, h2, b2 = await gw.request("PUT", "/v1/http/crm/contacts/7", gw.headers(lease, "put-1"),
+                                  json={"a": 1})
+    assert (s1, b1) == (201, {"id": 99}) == (s2, b2)
+    assert h2["Idempotent-Replayed"] == "true" and h2["Content-Type"].startswith(
+        "application/json")
+    assert len(gw.hook.deliveries) == 1
+
+
+async def test_a_final_provider_rejection_is_replayed_too(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    gw.hook.status, gw.hook.reply = 404, {"error": "no such contact"}
+    s1, _, b1 = await gw.request("DELETE", "/v1/http/crm/contacts/8", gw.headers(lease, "d"))
+    s2, h2, b2 = await gw.request("DELETE", "/v1/http/crm/contacts/8", gw.headers(lease, "d"))
+    assert (s1, b1) == (404, {"error": "no such contact"}) == (s2, b2)
+    assert h2["Idempotent-Replayed"] == "true"
+    assert len(gw.hook.deliveries) == 1
+
+
+async def test_a_provider_5xx_frees_the_key(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    gw.hook.status = 503
+    status, _, body = await gw.request("POST", "/v1/http/crm/x", gw.headers(lease, "k5"),
+                                       json={})
+    assert (status, body["code"], body["provider_status"]) == (502, "provider_error", 503)
+    gw.hook.status = 200
+    status, headers, _ = await gw.request("POST", "/v1/http/crm/x", gw.headers(lease, "k5"),
+                                          json={})
+    assert status == 200 and "Idempotent-Replayed" not in headers
+    assert len(gw.hook.deliveries) == 2  # the first was refused by the provider
+
+
+@pytest.mark.parametrize("path", [
+    "../admin", "a/../../admin", "%2e%2e/admin", "a/%2E%2E/b", "a/%252e%252e/b",
+    "http://evil.example/x", "/etc/passwd", "a\\..\\b", "./a",
+])
+async def test_paths_cannot_escape_the_base_url(gw: Gw, path: str) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    # sent as is (encoded=True): no client-side normalisation helps the gateway
+    async with gw.http.get(URL(f"{gw.url}/v1/http/crm/{path}", encoded=True),
+                           headers=gw.headers(lease, "p")) as r:
+        status, body = r.status, await r.json(content_type=None)
+    # aiohttp's router may refuse some before routing (404); the gateway the rest
+    assert status in (400, 404), (path, status, body)
+    assert gw.hook.deliveries == []
+
+
+async def test_an_unknown_provider_is_never_reached(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.request("GET", "/v1/http/nope/x", gw.headers(lease, "u"))
+    assert status == 400 and body["code"] == "bad_request"
+    status, _, body = await gw.request("GET", "/v1/http/mail/x", gw.headers(lease, "u"))
+    assert status == 400  # an smtp provider is not an HTTP peer
+    assert gw.hook.deliveries == []
+
+
+async def test_a_timeout_with_a_deduping_provider_is_resent_safely(gw: Gw) -> None:
+    """crm honours Idempotency-Key for a day: a resend after a timeout is safe,
+    and carries the same provider key."""
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    gw.hook.delay = PROVIDER_TIMEOUT + 0.3
+    status, _, body = await gw.request("POST", "/v1/http/crm/charge", gw.headers(lease, "t1"),
+                                       json={"amount": 5})
+    assert (status, body["code"]) == (504, "provider_timeout")
+    gw.hook.delay = 0
+    status, _, _ = await gw.request("POST", "/v1/http/crm/charge", gw.headers(lease, "t1"),
+                                    json={"amount": 5})
+    assert status == 200
+    keys = {d.header("Idempotency-Key") for d in gw.hook.deliveries}
+    assert len(gw.hook.deliveries) == 2 and len(keys) == 1
+
+
+async def test_a_timeout_without_provider_dedupe_is_never_resent(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    before = await gw.metric("fencegate_effects_total", provider="hook", outcome="unknown")
+    gw.hook.delay = PROVIDER_TIMEOUT + 0.3
+    status, _, _ = await gw.request("POST", "/v1/http/hook/evt", gw.headers(lease, "t2"),
+                                    json={})
+    assert status == 504
+    gw.hook.delay = 0
+    status, _, body = await gw.request("POST", "/v1/http/hook/evt", gw.headers(lease, "t2"),
+                                       json={})
+    assert (status, body["code"]) == (409, "effect_outcome_unknown")
+    assert len(gw.hook.deliveries) == 1
+    assert await gw.metric("fencegate_effects_total", provider="hook",
+                           outcome="unknown") == before + 1
+
+
+async def test_the_rate_limit_answers_429_and_frees_the_key(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    results = [await gw.request("POST", "/v1/http/slowlane/x", gw.headers(lease, f"r{i}"),
+                                json={}) for i in range(4)]
+    limited = [r for r in results if r[0] == 429]
+    assert limited and all(r[2]["code"] == "rate_limited" and int(r[1]["Retry-After"]) >= 1
+                           for r in limited)
+    sent = len(gw.hook.deliveries)
+    assert sent == 4 - len(limited)
+    await asyncio.sleep(1.1)
+    key = next(f"r{i}" for i, r in enumerate(results) if r[0] == 429)
+    status, _, _ = await gw.request("POST", "/v1/http/slowlane/x", gw.headers(lease, key),
+                                    json={})
+    assert status == 200
+
+
+async def test_oversize_request_bodies_are_refused(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.request("POST", "/v1/http/crm/x", gw.headers(lease, "big"),
+                                       data=b"x" * (64 * 1024 + 1))
+    assert (status, body["code"]) == (413, "payload_too_large")
+    assert gw.hook.deliveries == []
+
+
+def test_webhook_signatures_follow_standard_webhooks() -> None:
+    from gateway.providers.http import webhook_signature
+
+    secret = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()
+    sig = webhook_signature(secret, "msg_1", 1700000000, b'{"a":1}')
+    expected = base64.b64encode(hmac.new(b"0123456789abcdef", b'msg_1.1700000000.{"a":1}',
+                                         hashlib.sha256).digest()).decode()
+    assert sig == "v1," + expected
