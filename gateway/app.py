@@ -39,7 +39,7 @@ def _route_of(request: web.Request) -> Route | None:
 @web.middleware
 async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error becomes a problem document; nothing internal reaches the caller."""
-    route = _route_of(request)
+    _route_of(request)
     try:
         return await handler(request)
     except Problem as p:
@@ -95,8 +95,10 @@ def make_providers(config: Config) -> dict[str, Provider]:
     return out
 
 
-def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True) -> web.Application:
-    """The gateway for ``config`` on the database at ``dsn``."""
+def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
+              processes: int = 1) -> web.Application:
+    """The gateway for ``config`` on the database at ``dsn``, as one of
+    ``processes`` serving processes (each takes its share of the rate limits)."""
     app = web.Application(middlewares=[timing, problems, authenticate],
                           client_max_size=config.server.max_body_bytes + 1)
     routes: dict[object, Route] = {}
@@ -108,9 +110,10 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True) -> web
         if migrate_on_start:
             await migrate.migrate_dsn(dsn)
         pool = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL_SIZE)
-        gw = Gateway(config=config, pool=pool, ledger=Ledger(pool, config.server.database_timeout_seconds),
+        gw = Gateway(config=config, pool=pool,
+                     ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
-                     providers=make_providers(config))
+                     providers=make_providers(config), rate_share=1 / processes)
         for provider in gw.providers.values():
             await provider.start()
         app[GATEWAY] = gw

@@ -3,11 +3,89 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
+import asyncpg
+
 from leases import cli as leases_cli
+from leases import database
+
+from . import logs
+from .config import ConfigError
+from .ledger import Ledger
+
+CONFIG_ENV = "FENCEGATE_CONFIG"
+
+
+def _config_path(args: argparse.Namespace) -> str:
+    path = args.config or os.environ.get(CONFIG_ENV)
+    if not path:
+        raise ConfigError(f"no configuration: pass --config FILE or set {CONFIG_ENV}")
+    return str(path)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .serve import serve
+
+    return serve(_config_path(args), args.workers)
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from .dev import run_dev
+
+    logs.setup(logging.WARNING)
+    try:
+        asyncio.run(run_dev(args.port))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .dev import run_demo
+
+    logs.setup(logging.ERROR)
+    return asyncio.run(run_demo())
+
+
+def _effects(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        pool = await leases_cli.connect_migrated()
+        ledger = Ledger(pool, 10.0)
+        try:
+            if args.verb == "show":
+                effect = await ledger.show(args.client, args.key)
+                if effect is None:
+                    print(f"no effect {args.key!r} for client {args.client!r}", file=sys.stderr)
+                    return 1
+                leases_cli.emit(args, effect, "\n".join(f"{k:>18}: {v}"
+                                                        for k, v in effect.items()))
+            elif args.verb == "list":
+                rows = await ledger.list(args.client, args.state, args.limit)
+                text = "\n".join(
+                    f"{r['state']:<10} {r['client']:<12} {r['idempotency_key']:<32} "
+                    f"{r['resource']} fence {r['fence']} via {r['provider']}"
+                    for r in rows) or "no effects"
+                if args.json:
+                    print(json.dumps(rows, default=str))
+                else:
+                    print(text)
+            else:
+                ok = await ledger.resolve(args.client, args.key, args.outcome)
+                leases_cli.emit(args, {"idempotency_key": args.key, "resolved": ok},
+                                f"{args.key}: resolved as {args.outcome}" if ok else
+                                f"{args.key}: not awaiting resolution (not unknown)")
+                return 0 if ok else 1
+            return 0
+        finally:
+            await pool.close()
+
+    return asyncio.run(main())
 
 
 def parser() -> argparse.ArgumentParser:
@@ -15,14 +93,49 @@ def parser() -> argparse.ArgumentParser:
         prog="fencegate", description="Fenced leases and a side-effect gateway."
     )
     sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help=f"TOML configuration (default: ${CONFIG_ENV})")
+    serve.add_argument("--workers", type=int, default=1, help="processes sharing the port")
+    serve.set_defaults(func=_serve)
+    dev = sub.add_parser("dev", help="embedded database, local sinks, a dev key: try it")
+    dev.add_argument("--port", type=int, default=8080)
+    dev.set_defaults(func=_dev)
+    demo = sub.add_parser("demo", help="the zombie-worker scenario as a timeline")
+    demo.set_defaults(func=_demo)
     leases_cli.add_commands(sub)
+
+    effects = sub.add_parser("effects", help="inspect and resolve effects")
+    verbs = effects.add_subparsers(dest="verb", required=True)
+    show = verbs.add_parser("show", help="one effect")
+    show.add_argument("key")
+    show.add_argument("--client", required=True)
+    lst = verbs.add_parser("list", help="recent effects")
+    lst.add_argument("--client")
+    lst.add_argument("--state", choices=["in_flight", "succeeded", "failed", "unknown"])
+    lst.add_argument("--limit", type=int, default=50)
+    res = verbs.add_parser("resolve", help="settle an effect whose outcome is unknown")
+    res.add_argument("key")
+    res.add_argument("--client", required=True)
+    res.add_argument("--outcome", required=True, choices=["sent", "not_sent"])
+    for v in (show, lst, res):
+        v.add_argument("--json", action="store_true")
+        v.set_defaults(func=_effects)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     args = parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"fencegate: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, asyncpg.PostgresError) as exc:
+        print(f"fencegate: cannot reach the database at "
+              f"{database.redacted(os.environ.get(database.DATABASE_URL_ENV, 'embedded'))}: "
+              f"{type(exc).__name__}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

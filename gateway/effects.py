@@ -74,8 +74,10 @@ def _refusal(effect: Effect, admission: Admission) -> web.Response:
     verdict = admission.verdict
     if verdict in FENCE_VERDICTS:
         FENCE_REJECTIONS.labels(provider=name, reason=verdict).inc()
-        extra = {"current_fence": admission.current_fence} if verdict == "stale_fence" else {}
-        raise Problem(verdict, FENCE_VERDICTS[verdict], **extra)
+        problem = Problem(verdict, FENCE_VERDICTS[verdict])
+        if verdict == "stale_fence":
+            problem.extra["current_fence"] = admission.current_fence
+        raise problem
     if verdict == "key_reused":
         raise Problem("idempotency_key_reused",
                       "this Idempotency-Key was used with a different request")
@@ -103,7 +105,7 @@ def _refusal(effect: Effect, admission: Admission) -> web.Response:
 def _bucket(gw: Gateway, provider: Provider) -> TokenBucket:
     name = provider.config.name
     if name not in gw.buckets:
-        rate = provider.config.rate_limit_per_second
+        rate = provider.config.rate_limit_per_second * gw.rate_share
         gw.buckets[name] = TokenBucket(rate=rate, burst=max(1.0, rate))
     return gw.buckets[name]
 

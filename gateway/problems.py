@@ -54,7 +54,7 @@ class Problem(GatewayError):
     the response."""
 
     def __init__(self, code: str, detail: str, *, headers: dict[str, str] | None = None,
-                 **extra: Any) -> None:
+                 **extra: object) -> None:
         if code not in PROBLEMS:
             raise ValueError(f"unknown problem code {code!r}")
         super().__init__(detail)

@@ -19,6 +19,8 @@ MAX_FENCE = 2**63 - 1
 _KEY = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,254}")
 _DECIMAL = re.compile(r"[0-9]{1,19}")
 _ADDR = re.compile(r"[^\s@<>()\[\],;:\"\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+#: "addr" or "Display Name <addr>"; the name without quotes, brackets or backslashes
+_MAILBOX = re.compile(r'(?:[^<>"\\]*?\s*<(?P<addr>[^<>\s]+)>|(?P<bare>[^<>\s]+))')
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 MAX_RECIPIENTS = 100
 MAX_SUBJECT = 998
@@ -74,11 +76,10 @@ def address(field: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise bad(field, "must be an email address")
     no_crlf(field, value)
-    name, addr = parseaddr(value)
+    m = _MAILBOX.fullmatch(value.strip())
+    addr = m and (m.group("addr") or m.group("bare"))
     if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
-        raise bad(field, f"{value!r} is not a valid email address")
-    if any(ch in name for ch in '<>"\\'):
-        raise bad(field, "display name must not contain < > \" or \\")
+        raise bad(field, f"{value[:200]!r} is not a valid email address")
     return value
 
 
@@ -111,6 +112,21 @@ class EmailRequest:
         return [parseaddr(a)[1] for a in (*self.to, *self.cc, *self.bcc)]
 
 
+def extra_headers(extra: Any) -> dict[str, str]:
+    """The caller's own email headers: valid names, no CR/LF, none the gateway sets."""
+    if not isinstance(extra, dict):
+        raise bad("headers", "must be an object of header names to values")
+    for name, value in extra.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise bad("headers", f"{name[:64]!r} is not a valid header name")
+        if name.lower() in RESERVED_EMAIL_HEADERS:
+            raise bad(f"headers.{name}", "is set by the gateway")
+        if not isinstance(value, str):
+            raise bad(f"headers.{name}", "must be a string")
+        no_crlf(f"headers.{name}", value)
+    return dict(extra)
+
+
 _EMAIL_FIELDS = {"provider", "from", "to", "cc", "bcc", "reply_to", "subject", "text", "html",
                  "headers"}
 
@@ -137,17 +153,7 @@ def email_request(body: Any) -> EmailRequest:
             raise bad(name, "must be a string")
     if text is None and html is None:
         raise bad("text", "text or html is required")
-    extra = body.get("headers") or {}
-    if not isinstance(extra, dict):
-        raise bad("headers", "must be an object of header names to values")
-    for name, value in extra.items():
-        if not _HEADER_NAME.fullmatch(name):
-            raise bad("headers", f"{name[:64]!r} is not a valid header name")
-        if name.lower() in RESERVED_EMAIL_HEADERS:
-            raise bad(f"headers.{name}", "is set by the gateway")
-        if not isinstance(value, str):
-            raise bad(f"headers.{name}", "must be a string")
-        no_crlf(f"headers.{name}", value)
+    extra = extra_headers(body.get("headers") or {})
     reply_to = body.get("reply_to")
     return EmailRequest(
         provider=provider,
@@ -159,7 +165,7 @@ def email_request(body: Any) -> EmailRequest:
         subject=subject,
         text=text,
         html=html,
-        headers=dict(extra),
+        headers=extra,
     )
 
 

@@ -21,12 +21,12 @@ def database_url(config: Config) -> str:
     return os.environ.get(config.database_url_env) or database.database_url()
 
 
-def _run_worker(config_path: str, dsn: str, reuse_port: bool) -> None:
+def _run_worker(config_path: str, dsn: str, processes: int) -> None:
     logs.setup()
     config = load(config_path)
-    app = build_app(config, dsn, migrate_on_start=False)
+    app = build_app(config, dsn, migrate_on_start=False, processes=processes)
     web.run_app(app, host=config.server.host, port=config.server.port, print=None,
-                access_log=None, reuse_port=reuse_port)
+                access_log=None, reuse_port=processes > 1)
 
 
 def serve(config_path: str, workers: int = 1) -> int:
@@ -36,14 +36,14 @@ def serve(config_path: str, workers: int = 1) -> int:
     dsn = database_url(config)
     asyncio.run(migrate.migrate_dsn(dsn))  # once, before any worker takes traffic
     if workers <= 1:
-        _run_worker(config_path, dsn, False)
+        _run_worker(config_path, dsn, 1)
         return 0
     # N processes bind the port with SO_REUSEPORT; the kernel spreads connections.
     # Metrics are summed across them through prometheus_client's multiprocess
     # mode, which must be on before a worker imports it: hence spawn, not fork.
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="fencegate-prom-")
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_run_worker, args=(config_path, dsn, True))
+    procs = [ctx.Process(target=_run_worker, args=(config_path, dsn, workers))
              for _ in range(workers)]
     for p in procs:
         p.start()

@@ -25,6 +25,8 @@ class Gateway:
     auth: Authenticator
     providers: dict[str, Provider]
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
+    #: this process's share of each provider's rate (1/N with N serving processes)
+    rate_share: float = 1.0
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

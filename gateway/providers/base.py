@@ -61,6 +61,7 @@ class Provider(Protocol):
 def problem_outcome(kind: OutcomeKind, code: str, detail: str, summary: str,
                     **extra: object) -> Outcome:
     """An Outcome whose answer to the caller is a problem document."""
-    p = Problem(code, detail, **extra)
+    p = Problem(code, detail)
+    p.extra.update(extra)
     return Outcome(kind, p.status, p.body(), p.response_headers(), summary,
                    timed_out=code == "provider_timeout")

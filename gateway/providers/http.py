@@ -17,7 +17,7 @@ import aiohttp
 from yarl import URL
 
 from ..config import ProviderConfig
-from .base import Outcome, ProviderCall, problem_outcome
+from .base import Outcome, OutcomeKind, ProviderCall, problem_outcome
 
 #: never forwarded from the caller: hop-by-hop, and the gateway's own
 DROPPED_REQUEST_HEADERS = frozenset({
@@ -121,5 +121,5 @@ class HttpProvider:
             return problem_outcome("retryable", "provider_error",
                                    f"the provider answered {resp.status}; the key is free again",
                                    f"http {resp.status}", provider_status=resp.status)
-        kind = "failed" if resp.status >= 400 else "succeeded"
+        kind: OutcomeKind = "failed" if resp.status >= 400 else "succeeded"
         return Outcome(kind, resp.status, body, headers, f"http {resp.status}")

@@ -21,6 +21,7 @@ from leases import Lease, LeaseClient
 API_KEY = "test-key-agents"
 OTHER_KEY = "test-key-other"
 PROVIDER_TIMEOUT = 1.0
+Answer = tuple[int, dict[str, str], Any]  # status, headers, JSON (or raw) body
 
 
 @pytest.fixture
@@ -83,17 +84,11 @@ class Gw:
             "Idempotency-Key": key,
         }
 
-    async def post(self, path: str, headers: dict[str, str], **kw: Any) -> tuple[int, dict[str, str], Any]:
-        async with self.http.post(self.url + path, headers=headers, **kw) as r:
-            body = await r.read()
-            try:
-                data = await r.json(content_type=None)
-            except ValueError:
-                data = body
-            return r.status, dict(r.headers), data
+    async def post(self, path: str, headers: dict[str, str], **kw: Any) -> Answer:
+        return await self.request("POST", path, headers, **kw)
 
     async def request(self, method: str, path: str, headers: dict[str, str],
-                      **kw: Any) -> tuple[int, dict[str, str], Any]:
+                      **kw: Any) -> Answer:
         async with self.http.request(method, self.url + path, headers=headers, **kw) as r:
             body = await r.read()
             try:
@@ -102,7 +97,7 @@ class Gw:
                 data = body
             return r.status, dict(r.headers), data
 
-    async def email(self, lease: Lease | None, key: str = "k1", **over: Any) -> tuple[int, dict[str, str], Any]:
+    async def email(self, lease: Lease | None, key: str = "k1", **over: Any) -> Answer:
         body = {"from": "Agent <agent@example.com>", "to": ["lead@example.com"],
                 "subject": "Hello", "text": "Hi there"}
         body.update(over.pop("body", {}))

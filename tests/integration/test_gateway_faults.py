@@ -167,7 +167,8 @@ async def test_purge_drops_only_finished_effects_past_retention(gw: Gw) -> None:
     gw.smtp.data_delay = PROVIDER_TIMEOUT + 0.2
     await gw.email(lease, "old-unknown")
     gw.smtp.data_delay = 0
-    await gw.pool.execute("UPDATE fencegate_effects SET updated_at = updated_at - interval '2 days'")
+    await gw.pool.execute(
+        "UPDATE fencegate_effects SET updated_at = updated_at - interval '2 days'")
     from gateway.ledger import Ledger
 
     assert await Ledger(gw.pool, 5).purge(retention_seconds=86400) == 1

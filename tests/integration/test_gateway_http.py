@@ -39,7 +39,7 @@ async def test_the_provider_answer_is_stored_and_replayed(gw: Gw) -> None:
     lease = await gw.leases.claim("lead:7", ttl=30)
     assert lease is not None
     gw.hook.status, gw.hook.reply = 201, {"id": 99}
-    s1, h1, b1 = await gw.request("PUT", "/v1/http/crm/contacts/7", gw.headers(lease, "put-1"),
+    s1, _h1, b1 = await gw.request("PUT", "/v1/http/crm/contacts/7", gw.headers(lease, "put-1"),
                                   json={"a": 1})
     gw.hook.status, gw.hook.reply = 200, {"id": "other"}
     s2, h2, b2 = await gw.request("PUT", "/v1/http/crm/contacts/7", gw.headers(lease, "put-1"),

@@ -1,0 +1,161 @@
+"""The command line and the server, as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+
+from gateway.auth import key_sha256
+from gateway.sinks import SmtpSink, WebhookSink
+from leases import database
+
+FENCEGATE = [sys.executable, "-m", "gateway.cli"]
+
+
+def run(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, database.DATABASE_URL_ENV: dsn}
+    return subprocess.run([*FENCEGATE, *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_lease_commands_claim_show_renew_release(dsn: str) -> None:
+    claimed = run(dsn, "lease", "claim", "run:cli", "--ttl", "30", "--owner", "me", "--json")
+    assert claimed.returncode == 0, claimed.stderr
+    lease = json.loads(claimed.stdout)
+    assert lease["owner"] == "me" and lease["fence"] > 0
+    held = run(dsn, "lease", "claim", "run:cli", "--owner", "you")
+    assert held.returncode == 1 and "held by another owner" in held.stdout
+    shown = json.loads(run(dsn, "lease", "show", "run:cli", "--json").stdout)
+    assert shown["live"] is True and shown["fence"] == lease["fence"]
+    fence = str(lease["fence"])
+    assert run(dsn, "lease", "renew", "run:cli", "--fence", fence, "--owner", "me").returncode \
+        == 0
+    assert run(dsn, "lease", "renew", "run:cli", "--fence", fence, "--owner", "you").returncode \
+        == 1
+    released = run(dsn, "lease", "release", "run:cli", "--fence", fence, "--owner", "me")
+    assert released.returncode == 0 and "released" in released.stdout
+    text = run(dsn, "lease", "show", "run:cli").stdout
+    assert "not live" in text and fence in text
+
+
+def test_bad_arguments_get_a_clear_error(dsn: str) -> None:
+    out = run(dsn, "lease", "claim", "bad resource")
+    assert out.returncode == 2 and "resource must be" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+async def test_a_newer_schema_is_refused_with_a_clear_message(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    await conn.execute("INSERT INTO fencegate_migrations (version, name) VALUES (999, 'x')")
+    await conn.close()
+    out = await asyncio.to_thread(run, dsn, "migrate")
+    assert out.returncode == 2 and "upgrade fencegate" in out.stderr
+
+
+async def test_concurrent_migrations_apply_once(template_ready: str) -> None:
+    admin = await asyncpg.connect(template_ready)
+    await admin.execute('DROP DATABASE IF EXISTS "fg_test_migrate_race"')
+    await admin.execute('CREATE DATABASE "fg_test_migrate_race"')
+    dsn = database.with_database(template_ready, "fg_test_migrate_race")
+    try:
+        results = await asyncio.gather(*(asyncio.to_thread(run, dsn, "migrate", "--json")
+                                         for _ in range(4)))
+        assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
+        applied = [json.loads(r.stdout)["applied"] for r in results]
+        assert sorted(map(len, applied)) == [0, 0, 0, 1]
+    finally:
+        await admin.execute('DROP DATABASE IF EXISTS "fg_test_migrate_race" WITH (FORCE)')
+        await admin.close()
+
+
+def test_demo_tells_the_zombie_story(dsn: str, tmp_path: Path) -> None:
+    env = {**os.environ, database.DATABASE_URL_ENV: dsn, database.HOME_ENV: str(tmp_path)}
+    out = subprocess.run([*FENCEGATE, "demo"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "refuses: 412 stale_fence" in out.stdout
+    assert "received 1 message(s)" in out.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_serve_with_two_workers_shares_the_port_and_the_metrics(
+    dsn: str, tmp_path: Path
+) -> None:
+    smtp, hook = await SmtpSink().start(), await WebhookSink().start()
+    port = _free_port()
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(f"""
+[server]
+port = {port}
+[database]
+url_env = "FG_TEST_DSN"
+[[clients]]
+name = "agents"
+key_sha256 = "{key_sha256('k')}"
+resources = ["run:*"]
+[providers.mail]
+kind = "smtp"
+host = "127.0.0.1"
+port = {smtp.port}
+""")
+    env = {**os.environ, "FG_TEST_DSN": dsn}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg), "--workers", "2"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=sink)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                try:
+                    async with http.get(url + "/readyz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+            auth = {"Authorization": "Bearer k"}
+            async with http.post(url + "/v1/leases/claim", headers=auth,
+                                 json={"resource": "run:s", "ttl_seconds": 30}) as r:
+                lease = await r.json()
+            headers = {**auth, "Fence-Resource": "run:s", "Fence-Token": str(lease["fence"])}
+            body = {"from": "a@example.com", "to": ["b@example.com"], "subject": "s",
+                    "text": "t"}
+            for i in range(6):
+                async with http.post(url + "/v1/email", json=body,
+                                     headers={**headers, "Idempotency-Key": f"k{i % 3}"}) as r:
+                    assert r.status == 200
+            assert len(smtp.deliveries) == 3
+            # each scrape may hit either worker; the counts are summed across both
+            async with http.get(url + "/metrics") as r:
+                text = await r.text()
+            lines = [ln for ln in text.splitlines()
+                     if ln.startswith("fencegate_effects_total{")]
+            total = sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+            assert total == 6
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        await smtp.close()
+        await hook.close()
+    stderr = log.read_text()
+    assert "Traceback" not in stderr
+    for line in stderr.splitlines():  # logs are JSON, and never carry the API key
+        if line.startswith("{"):
+            assert '"k"' not in line and "Bearer" not in line

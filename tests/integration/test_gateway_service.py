@@ -1,0 +1,125 @@
+"""Leases over HTTP, the service routes, and the Python gateway client."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from gateway.client import FenceRejected, GatewayClient
+from gateway.routes import ROUTES
+from leases import LeaseClient, LeaseLost
+from tests.integration.conftest import API_KEY, Gw
+
+
+async def test_leases_over_http(gw: Gw) -> None:
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    before = await gw.metric("fencegate_lease_claims_total", result="won")
+    status, _, a = await gw.post("/v1/leases/claim", auth,
+                                 json={"resource": "run:h", "owner": "w1", "ttl_seconds": 30})
+    assert status == 200 and a["owner"] == "w1" and a["fence"] > 0 and a["ttl_seconds"] == 30
+    assert await gw.metric("fencegate_lease_claims_total", result="won") == before + 1
+    status, _, body = await gw.post("/v1/leases/claim", auth,
+                                    json={"resource": "run:h", "ttl_seconds": 30})
+    assert (status, body["code"]) == (409, "lease_held")
+    status, _, r = await gw.post("/v1/leases/renew", auth, json={
+        "resource": "run:h", "owner": "w1", "fence": a["fence"], "ttl_seconds": 60})
+    assert status == 200 and r["expires_at"] > a["expires_at"]
+    status, _, body = await gw.post("/v1/leases/renew", auth, json={
+        "resource": "run:h", "owner": "w2", "fence": a["fence"], "ttl_seconds": 60})
+    assert (status, body["code"]) == (409, "lease_lost")
+    status, _, shown = await gw.request("GET", "/v1/leases/run:h", auth)
+    assert status == 200 and shown["live"] is True and shown["fence"] == a["fence"]
+    status, _, body = await gw.post("/v1/leases/release", auth, json={
+        "resource": "run:h", "owner": "w1", "fence": a["fence"]})
+    assert body == {"released": True}
+    status, _, body = await gw.post("/v1/leases/release", auth, json={
+        "resource": "run:h", "owner": "w1", "fence": a["fence"]})
+    assert body == {"released": False}
+    status, _, b = await gw.post("/v1/leases/claim", auth,
+                                 json={"resource": "run:h", "ttl_seconds": 30})
+    assert status == 200 and b["fence"] > a["fence"] and b["owner"]
+
+
+async def test_lease_routes_check_input_and_scope(gw: Gw) -> None:
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    for body in ({}, {"resource": "run:x"}, {"resource": "bad res", "ttl_seconds": 1},
+                 {"resource": "run:x", "ttl_seconds": "10"}, {"resource": "run:x",
+                                                              "ttl_seconds": -1}):
+        status, _, doc = await gw.post("/v1/leases/claim", auth, json=body)
+        assert (status, doc["code"]) == (400, "bad_request"), body
+    status, _, doc = await gw.post("/v1/leases/claim", auth,
+                                   json={"resource": "other:1", "ttl_seconds": 5})
+    assert (status, doc["code"]) == (403, "forbidden_resource")
+    status, _, doc = await gw.post("/v1/leases/claim", {}, json={})
+    assert (status, doc["code"]) == (401, "unauthenticated")
+
+
+async def test_service_routes(gw: Gw) -> None:
+    assert (await gw.request("GET", "/healthz", {}))[0] == 200
+    status, _, body = await gw.request("GET", "/readyz", {})
+    assert status == 200 and body["status"] == "ready"
+    status, _headers, body = await gw.request("GET", "/metrics", {})
+    assert status == 200 and b"fencegate_effects_total" in body
+    status, _, doc = await gw.request("GET", "/nope", {})
+    assert (status, doc["code"]) == (404, "not_found")
+
+
+async def test_openapi_describes_every_routed_path(gw: Gw) -> None:
+    status, _, doc = await gw.request("GET", "/openapi.json", {})
+    assert status == 200 and doc["openapi"].startswith("3.1")
+    for route in ROUTES:
+        assert route.method.lower() in doc["paths"][route.openapi_path]
+    email = doc["paths"]["/v1/email"]["post"]
+    names = {p["name"] for p in email["parameters"]}
+    assert {"Fence-Resource", "Fence-Token", "Idempotency-Key"} <= names
+    assert "412" in email["responses"]
+
+
+@dataclass
+class Pinned:
+    """A lease as a non-Python worker holds it: a resource and a fence, no renewals."""
+
+    resource: str
+    fence: int
+
+    def check(self) -> None:
+        pass
+
+
+async def test_gateway_client_sends_under_a_lease_and_raises_typed_problems(gw: Gw) -> None:
+    a = LeaseClient(pool=gw.pool, owner="a")
+    b = LeaseClient(pool=gw.pool, owner="b")
+    async with GatewayClient(gw.url, API_KEY) as client:
+        lease = await a.claim("run:c", ttl=0.3)
+        assert lease is not None
+        first = await client.send_email(lease, "c-1", sender="a@example.com",
+                                        to=["b@example.com"], subject="s", text="t")
+        assert first.status == 200 and not first.replayed
+        again = await client.send_email(lease, "c-1", sender="a@example.com",
+                                        to=["b@example.com"], subject="s", text="t")
+        assert again.replayed and again.json() == first.json()
+        result = await client.request(lease, "crm", "POST", "/notes", "c-2", json={"n": 1})
+        assert result.status == 200 and result.json() == {"ok": True}
+        await asyncio.sleep(0.4)
+        newer = await b.claim("run:c", ttl=30)
+        assert newer is not None
+        # a worker that kept its fence but not our lease client: only the gateway stops it
+        zombie = Pinned(lease.resource, lease.fence)
+        with pytest.raises(FenceRejected) as rejected:
+            await client.request(zombie, "crm", "POST", "/notes", "c-3", json={})
+        assert rejected.value.code == "stale_fence"
+        assert rejected.value.current_fence == newer.fence
+        assert len(gw.hook.deliveries) == 1
+
+
+async def test_gateway_client_attempts_nothing_once_the_lease_is_lost(gw: Gw) -> None:
+    a = LeaseClient(pool=gw.pool, owner="a")
+    lease = await a.claim("run:d", ttl=30)
+    assert lease is not None
+    async with GatewayClient(gw.url, API_KEY) as client:
+        lease._lose("taken", "test")  # as the keeper does when a renewal is refused
+        with pytest.raises(LeaseLost):
+            await client.request(lease, "crm", "POST", "/x", "d-1", json={})
+    assert gw.hook.deliveries == []

@@ -1,0 +1,157 @@
+"""Pure parts of the gateway: config validation, request checks, fingerprints,
+the rate limiter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway import config, idempotency, requests
+from gateway.problems import Problem
+from gateway.ratelimit import TokenBucket
+
+GOOD = {
+    "server": {"port": 8080},
+    "clients": [{"name": "agents", "key_sha256": "a" * 64, "resources": ["run:*"]}],
+    "providers": {
+        "mail": {"kind": "smtp", "host": "127.0.0.1", "port": 2525},
+        "crm": {"kind": "http", "base_url": "http://127.0.0.1:9000/api"},
+    },
+}
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    import copy
+
+    data = copy.deepcopy(GOOD)
+    node: Any = data
+    *parents, last = path.split(".")
+    for p in parents:
+        node = node[int(p)] if p.isdigit() else node[p]
+    node[last] = value
+    return data
+
+
+def test_a_good_config_parses_with_defaults() -> None:
+    c = config.parse(GOOD, "f.toml")
+    assert c.default_email_provider == "mail"
+    assert c.providers["crm"].idempotency_header == "Idempotency-Key"
+    assert c.providers["mail"].idempotency_header == ""
+    assert c.providers["mail"].retry_window_seconds == 0
+
+
+@pytest.mark.parametrize(("path", "value", "where"), [
+    ("server.port", "80", "server.port"),
+    ("server.port", 70000, "server.port"),
+    ("server.nope", 1, "server.nope"),
+    ("clients.0.key_sha256", "short", "clients[0].key_sha256"),
+    ("clients.0.resources", [], "clients[0].resources"),
+    ("providers.mail.kind", "fax", "providers.mail.kind"),
+    ("providers.mail.tls", "ssl", "providers.mail.tls"),
+    ("providers.crm.base_url", "ftp://x", "providers.crm.base_url"),
+    ("providers.crm.password_env", "X", "providers.crm.password_env"),
+    ("providers.crm.signing_secret_env", "FENCEGATE_TEST_UNSET_VAR",
+     "providers.crm.signing_secret_env"),
+])
+def test_config_errors_name_the_file_and_key(path: str, value: Any, where: str) -> None:
+    with pytest.raises(config.ConfigError) as err:
+        config.parse(_with(path, value), "f.toml")
+    assert str(err.value).startswith(f"f.toml: {where}:")
+
+
+def test_config_load_reports_bad_toml(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text("[server\nport = 1")
+    with pytest.raises(config.ConfigError, match="not valid TOML"):
+        config.load(p)
+    with pytest.raises(config.ConfigError, match="no such file"):
+        config.load(tmp_path / "missing.toml")
+
+
+def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SMTP_PASSWORD_TEST", "hunter2")
+    c = config.parse(_with("providers.mail.password_env", "SMTP_PASSWORD_TEST"))
+    assert c.providers["mail"].password == "hunter2"
+    assert "hunter2" not in repr(c)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(json_values)
+def test_canonical_json_ignores_key_order_and_spacing(value: Any) -> None:
+    import json
+
+    compact = json.dumps(value).encode()
+    spaced = json.dumps(value, indent=3).encode()
+    assert idempotency.canonical_body(compact, "application/json") == \
+        idempotency.canonical_body(spaced, "application/json; charset=utf-8")
+
+
+@given(st.text(max_size=20), st.text(max_size=20), st.text(max_size=20), st.text(max_size=20))
+def test_fingerprints_do_not_collide_across_field_boundaries(a: str, b: str, c: str,
+                                                             d: str) -> None:
+    if (a, b) != (c, d):
+        assert idempotency.fingerprint(a, "POST", b, b"") != \
+            idempotency.fingerprint(c, "POST", d, b"")
+
+
+def test_derived_keys_are_stable_and_scoped_per_client() -> None:
+    assert idempotency.derived_key("a", "k") == idempotency.derived_key("a", "k")
+    assert idempotency.derived_key("a", "k") != idempotency.derived_key("b", "k")
+    assert idempotency.message_id("a", "k").startswith("<")
+
+
+@pytest.mark.parametrize("addr", ["a@example.com", "Ann <a@example.com>",
+                                  "a.b+c@sub.example.co"])
+def test_good_addresses(addr: str) -> None:
+    assert requests.address("to", addr) == addr
+
+
+@pytest.mark.parametrize("addr", ["", "a", "a@", "@b", "a@b\r\nBcc: x@y", "a b@c",
+                                  'A <a@b> "x"', "a@-b..c", 5])
+def test_bad_addresses(addr: Any) -> None:
+    with pytest.raises(Problem) as p:
+        requests.address("to", addr)
+    assert p.value.code == "bad_request"
+
+
+@pytest.mark.parametrize("path", ["a/b", "contacts/7/notes", "a%20b", "x.json"])
+def test_provider_paths_that_stay_inside(path: str) -> None:
+    assert requests.provider_path(path) == path
+
+
+@pytest.mark.parametrize("path", ["../a", "a/../../b", "%2e%2e/a", "a/%2E%2E", "/abs",
+                                  "http://x/y", "a\\b", "%252e%252e/a", "a/./b", "a\r\nb"])
+def test_provider_paths_that_would_escape(path: str) -> None:
+    with pytest.raises(Problem):
+        requests.provider_path(path)
+
+
+def test_token_bucket_refills_at_its_rate() -> None:
+    bucket = TokenBucket(rate=2, burst=2)
+    assert bucket.take(0.0) == 0 and bucket.take(0.0) == 0
+    wait = bucket.take(0.0)
+    assert wait == pytest.approx(0.5)
+    assert bucket.take(0.5) == 0
+
+
+@given(st.floats(min_value=0.1, max_value=1000), st.lists(
+    st.floats(min_value=0, max_value=10), min_size=1, max_size=50))
+def test_token_bucket_never_exceeds_burst_plus_rate(rate: float, gaps: list[float]) -> None:
+    bucket = TokenBucket(rate=rate, burst=max(1.0, rate))
+    now, taken = 0.0, 0
+    for gap in gaps:
+        now += gap
+        if bucket.take(now) == 0:
+            taken += 1
+    assert taken <= max(1.0, rate) + rate * now + 1e-6
