@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from leases import cli as leases_cli
-from leases import database
+from leases import database, jobs_cli
 
 from . import logs
 from .config import ConfigError
@@ -103,6 +103,7 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the zombie-worker scenario as a timeline")
     demo.set_defaults(func=_demo)
     leases_cli.add_commands(sub)
+    jobs_cli.add_commands(sub)
 
     effects = sub.add_parser("effects", help="inspect and resolve effects")
     verbs = effects.add_subparsers(dest="verb", required=True)

@@ -3,15 +3,24 @@
 from .client import Lease, LeaseClient, LeaseInfo
 from .errors import InvalidArgument, LeaseLost, LeasesError, SchemaError, SchemaTooNew
 from .policy import RenewalPolicy
+from .queue import Job, NewJob, Queue
+from .retry import RetryDecision, RetryPolicy
+from .worker import Worker
 
 __all__ = [
     "InvalidArgument",
+    "Job",
     "Lease",
     "LeaseClient",
     "LeaseInfo",
     "LeaseLost",
     "LeasesError",
+    "NewJob",
+    "Queue",
     "RenewalPolicy",
+    "RetryDecision",
+    "RetryPolicy",
     "SchemaError",
     "SchemaTooNew",
+    "Worker",
 ]

@@ -216,6 +216,11 @@ class Lease:
         else:
             self._confirmed(sent_at, expires_at)
 
+    def ended_elsewhere(self) -> None:
+        """The lease was ended by another statement (a job's complete or fail):
+        leaving the block has nothing left to release."""
+        self._released = True
+
     async def release(self) -> bool:
         """Release now (and stop renewing)."""
         await self._stop_keeper()
@@ -309,8 +314,9 @@ class Lease:
         guarded, self._guarded = self._guarded, None
         lost = self._lost
         if lost is None:
-            with contextlib.suppress(*UNREACHABLE_ERRORS):
-                await self.release()  # best effort: otherwise it lapses at expiry
+            if not self._released:
+                with contextlib.suppress(*UNREACHABLE_ERRORS):
+                    await self.release()  # best effort: otherwise it lapses at expiry
             return False
         if self._cancelled_guarded and guarded is not None and guarded.uncancel() > 0:
             return False  # cancelled from outside too: let that cancellation go on

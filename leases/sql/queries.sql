@@ -91,3 +91,144 @@ DELETE FROM fencegate_effects
                WHERE state IN ('succeeded', 'failed')
                  AND updated_at < clock_timestamp() - make_interval(secs => $1::float8)
                LIMIT $2);
+
+-- name: enqueue_jobs
+-- Batch enqueue; rows whose (queue, dedupe_key) exists already are skipped
+-- (the caller looks their ids up with find_deduplicated, in a new snapshot).
+INSERT INTO fencegate_jobs (queue, payload, dedupe_key, ordering_key, run_at, max_attempts,
+                            priority)
+SELECT $1, p, d, o, coalesce(r, clock_timestamp()), m, pr
+  FROM unnest($2::jsonb[], $3::text[], $4::text[], $5::timestamptz[], $6::int[], $7::int[])
+       AS t(p, d, o, r, m, pr)
+ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+RETURNING id, dedupe_key;
+
+-- name: find_deduplicated
+SELECT id, dedupe_key FROM fencegate_jobs WHERE queue = $1 AND dedupe_key = ANY($2::text[]);
+
+-- name: claim_jobs
+-- Up to $3 runnable jobs, each leased as job:<queue>:<id> with a new fence.
+-- A job is runnable when queued, due, and first in line for its ordering key
+-- (no earlier job of that key is queued or claimed). SKIP LOCKED lets
+-- claimers pass each other; the lease upsert repeats the lease rules (and the
+-- drain barrier), so a job whose previous holder still has an effect in
+-- flight stays queued.
+WITH picked AS (
+    SELECT j.id
+      FROM fencegate_jobs j
+     WHERE j.queue = $1 AND j.state = 'queued' AND j.run_at <= clock_timestamp()
+       AND (j.ordering_key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM fencegate_jobs o
+                WHERE o.queue = j.queue AND o.ordering_key = j.ordering_key
+                  AND o.state IN ('queued', 'claimed') AND o.id < j.id))
+     ORDER BY j.priority DESC, j.run_at, j.id
+     LIMIT $3
+       FOR UPDATE SKIP LOCKED
+), leased AS (
+    INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
+    SELECT 'job:' || $1 || ':' || id, $2, fencegate_next_fence(0), clock_timestamp(),
+           clock_timestamp() + make_interval(secs => $4::float8)
+      FROM picked
+    ON CONFLICT (resource) DO UPDATE
+       SET owner = excluded.owner,
+           fence = fencegate_next_fence(l.fence),
+           claimed_at = clock_timestamp(),
+           expires_at = excluded.expires_at,
+           inflight = 0,
+           drain_until = NULL
+     WHERE l.expires_at <= clock_timestamp()
+       AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
+    RETURNING resource, fence, expires_at
+), claimed AS (
+    UPDATE fencegate_jobs j
+       SET state = 'claimed', attempts = j.attempts + 1, fence = leased.fence,
+           claimed_by = $2, claimed_at = clock_timestamp()
+      FROM leased
+     WHERE leased.resource = 'job:' || $1 || ':' || j.id
+    RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
+              j.ordering_key, j.priority, j.run_at, leased.expires_at
+)
+SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
+
+-- name: complete_job
+-- Counts only while the job's fence is current; ends the job's lease too.
+WITH done AS (
+    UPDATE fencegate_jobs
+       SET state = 'completed', finished_at = clock_timestamp(), result_ref = $3
+     WHERE id = $1 AND state = 'claimed' AND fence = $2
+    RETURNING id, queue
+), ended AS (
+    UPDATE fencegate_leases SET expires_at = clock_timestamp()
+     WHERE resource = (SELECT 'job:' || queue || ':' || id FROM done)
+       AND fence = $2 AND expires_at > clock_timestamp()
+)
+SELECT id FROM done;
+
+-- name: fail_job
+-- A failed attempt: retried after $4 seconds, or dead after its last attempt.
+WITH failed AS (
+    UPDATE fencegate_jobs
+       SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+           run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                         ELSE clock_timestamp() + make_interval(secs => $4::float8) END,
+           finished_at = CASE WHEN attempts >= max_attempts THEN clock_timestamp() END,
+           last_error = $3
+     WHERE id = $1 AND state = 'claimed' AND fence = $2
+    RETURNING id, queue, state
+), ended AS (
+    UPDATE fencegate_leases SET expires_at = clock_timestamp()
+     WHERE resource = (SELECT 'job:' || queue || ':' || id FROM failed)
+       AND fence = $2 AND expires_at > clock_timestamp()
+)
+SELECT state FROM failed;
+
+-- name: recover_jobs
+-- Claimed jobs whose lease expired (the worker died or stalled) go back to
+-- the queue, or die if that was their last attempt. The next claim issues a
+-- new fence, so the old holder is refused at the gateway.
+UPDATE fencegate_jobs j
+   SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN clock_timestamp() END,
+       run_at = clock_timestamp(),
+       last_error = 'lease expired: the worker stopped renewing (crashed, killed or stalled)'
+  FROM fencegate_leases l
+ WHERE j.state = 'claimed' AND ($1::text IS NULL OR j.queue = $1)
+   AND l.resource = 'job:' || j.queue || ':' || j.id
+   AND l.fence = j.fence AND l.expires_at <= clock_timestamp()
+RETURNING j.id, j.queue, j.state;
+
+-- name: replay_jobs
+-- Dead jobs back to the queue with their attempts reset.
+UPDATE fencegate_jobs
+   SET state = 'queued', attempts = 0, run_at = clock_timestamp(), finished_at = NULL
+ WHERE queue = $1 AND state = 'dead' AND ($2::bigint[] IS NULL OR id = ANY($2))
+   AND id IN (SELECT id FROM fencegate_jobs
+               WHERE queue = $1 AND state = 'dead' AND ($2::bigint[] IS NULL OR id = ANY($2))
+               ORDER BY id LIMIT $3)
+RETURNING id;
+
+-- name: show_job
+SELECT id, queue, payload, state, priority, run_at, dedupe_key, ordering_key, attempts,
+       max_attempts, fence, claimed_by, claimed_at, finished_at, result_ref, last_error,
+       created_at
+  FROM fencegate_jobs WHERE id = $1;
+
+-- name: list_jobs
+SELECT id, queue, payload, state, priority, run_at, dedupe_key, ordering_key, attempts,
+       max_attempts, fence, claimed_by, claimed_at, finished_at, result_ref, last_error,
+       created_at
+  FROM fencegate_jobs
+ WHERE queue = $1 AND ($2::text IS NULL OR state = $2)
+ ORDER BY id
+ LIMIT $3;
+
+-- name: queue_stats
+-- Depth by state; queued jobs not yet due count as `scheduled`.
+SELECT queue,
+       CASE WHEN state = 'queued' AND run_at > clock_timestamp() THEN 'scheduled'
+            ELSE state END AS state,
+       count(*) AS jobs
+  FROM fencegate_jobs
+ WHERE $1::text IS NULL OR queue = $1
+ GROUP BY 1, 2
+ ORDER BY 1, 2;

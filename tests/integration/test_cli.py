@@ -16,7 +16,7 @@ import asyncpg
 
 from gateway.auth import key_sha256
 from gateway.sinks import SmtpSink, WebhookSink
-from leases import database
+from leases import database, sql
 
 FENCEGATE = [sys.executable, "-m", "gateway.cli"]
 
@@ -71,7 +71,8 @@ async def test_concurrent_migrations_apply_once(template_ready: str) -> None:
                                          for _ in range(4)))
         assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
         applied = [json.loads(r.stdout)["applied"] for r in results]
-        assert sorted(map(len, applied)) == [0, 0, 0, 1]
+        # one process applied every migration; the others waited and found none to do
+        assert sorted(map(len, applied)) == [0, 0, 0, len(sql.migrations())]
     finally:
         await admin.execute('DROP DATABASE IF EXISTS "fg_test_migrate_race" WITH (FORCE)')
         await admin.close()
@@ -159,3 +160,32 @@ port = {smtp.port}
     for line in stderr.splitlines():  # logs are JSON, and never carry the API key
         if line.startswith("{"):
             assert '"k"' not in line and "Bearer" not in line
+
+
+def test_jobs_commands(dsn: str) -> None:
+    first = json.loads(run(dsn, "jobs", "enqueue", "mail", "--payload", '{"to": "a"}',
+                           "--dedupe-key", "welcome:a", "--max-attempts", "1", "--json").stdout)
+    again = json.loads(run(dsn, "jobs", "enqueue", "mail", "--payload", '{"to": "b"}',
+                           "--dedupe-key", "welcome:a", "--json").stdout)
+    assert first["id"] == again["id"]
+    stats = json.loads(run(dsn, "jobs", "stats", "--json").stdout)["stats"]
+    assert stats == [{"queue": "mail", "state": "queued", "jobs": 1}]
+    shown = json.loads(run(dsn, "jobs", "show", str(first["id"]), "--json").stdout)
+    assert shown["payload"] == {"to": "a"} and shown["state"] == "queued"
+
+    async def kill_it() -> None:
+        from leases import LeaseClient, Queue
+
+        async with LeaseClient(dsn) as client:
+            q = Queue(client, "mail")
+            [job] = await q.claim()
+            assert await q.fail(job, "smtp 550 password=hunter2") == "dead"
+
+    asyncio.run(kill_it())
+    dead = run(dsn, "jobs", "dead", "mail")
+    assert "smtp 550" in dead.stdout and "hunter2" not in dead.stdout
+    replayed = run(dsn, "jobs", "replay", "mail")
+    assert replayed.returncode == 0 and "replayed 1" in replayed.stdout
+    assert "queued" in run(dsn, "jobs", "list", "mail").stdout
+    bad = run(dsn, "jobs", "enqueue", "mail", "--payload", "{not json")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -123,3 +123,32 @@ async def test_gateway_client_attempts_nothing_once_the_lease_is_lost(gw: Gw) ->
         with pytest.raises(LeaseLost):
             await client.request(lease, "crm", "POST", "/x", "d-1", json={})
     assert gw.hook.deliveries == []
+
+
+async def test_a_worker_sends_effects_under_its_job_s_fence(gw: Gw) -> None:
+    from leases import Queue, Worker
+    from leases.queue import Job
+
+    q = Queue(LeaseClient(pool=gw.pool, owner="worker-q"), "outreach")
+    await q.enqueue({"to": "lead@example.com"}, dedupe_key="lead-1")
+    async with GatewayClient(gw.url, API_KEY) as client:
+
+        async def handler(job: Job) -> str:
+            sent = await client.send_email(job.lease, f"outreach-{job.id}",
+                                           sender="agent@example.com",
+                                           to=[job.payload["to"]], subject="Hi", text="...")
+            return str(sent.json()["message_id"])
+
+        worker = Worker(q, handler, concurrency=2, poll_min=0.01, poll_max=0.02)
+        task = asyncio.create_task(worker.run())
+        for _ in range(200):
+            if (await q.stats()).get("completed"):
+                break
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await task
+    [row] = await q.list()
+    [mail] = gw.smtp.deliveries
+    assert row["state"] == "completed" and row["result_ref"] == mail.header("Message-ID")
+    assert mail.header("Fence-Resource") == f"job:outreach:{row['id']}"
+    assert mail.header("Fence-Token") == str(row["fence"])

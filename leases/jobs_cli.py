@@ -1,0 +1,133 @@
+"""``fencegate jobs ...``: the work queue from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+import asyncpg
+
+from . import sql
+from .cli import connect_migrated, emit
+from .client import LeaseClient
+from .errors import LeasesError
+from .queue import Queue, job_view
+
+_COLUMNS = ("id", "state", "attempts", "max_attempts", "priority", "run_at", "ordering_key",
+            "dedupe_key", "last_error")
+
+
+def table(rows: list[dict[str, Any]], columns: tuple[str, ...] = _COLUMNS) -> str:
+    """Rows as an aligned text table."""
+    if not rows:
+        return "(none)"
+
+    def cell(v: Any) -> str:
+        if isinstance(v, dt.datetime):
+            return v.strftime("%Y-%m-%d %H:%M:%S")
+        text = "" if v is None else str(v)
+        return text if len(text) <= 48 else text[:47] + "…"
+
+    cells = [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def _progress(total: int) -> None:
+    print(f"\rreplayed {total} jobs", end="", file=sys.stderr, flush=True)
+
+
+async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
+    client = LeaseClient(pool=pool)
+    verb = args.verb
+    if verb == "show":
+        row = await pool.fetchrow(sql.query("show_job"), args.id)
+        if row is None:
+            print(f"no job {args.id}", file=sys.stderr)
+            return 1
+        job = job_view(row)
+        emit(args, job, "\n".join(f"{k:>13}: {v}" for k, v in job.items()))
+        return 0
+    if verb == "stats":
+        rows = await pool.fetch(sql.query("queue_stats"), args.queue)
+        data = [dict(r) for r in rows]
+        emit(args, {"stats": data}, table(data, ("queue", "state", "jobs")))
+        return 0
+    q = Queue(client, args.queue)
+    if verb == "enqueue":
+        try:
+            payload = json.loads(args.payload)
+        except ValueError:
+            print("fencegate: --payload must be JSON", file=sys.stderr)
+            return 2
+        run_at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=args.delay)
+                  if args.delay else None)
+        job_id = await q.enqueue(payload, dedupe_key=args.dedupe_key,
+                                 ordering_key=args.ordering_key, run_at=run_at,
+                                 max_attempts=args.max_attempts, priority=args.priority)
+        emit(args, {"id": job_id, "queue": args.queue}, f"job {job_id} on {args.queue}")
+        return 0
+    if verb in ("list", "dead"):
+        rows = await q.list("dead" if verb == "dead" else args.state, args.limit)
+        if args.json:
+            print(json.dumps(rows, default=str))
+        else:
+            print(table(rows))
+        return 0
+    # replay
+    total = await q.replay(args.ids or None, progress=None if args.json else _progress)
+    if not args.json:
+        print(file=sys.stderr)
+    emit(args, {"replayed": total}, f"replayed {total} dead jobs on {args.queue}")
+    return 0
+
+
+def _main(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        pool = await connect_migrated()
+        try:
+            return await _run(args, pool)
+        finally:
+            await pool.close()
+
+    try:
+        return asyncio.run(main())
+    except LeasesError as exc:
+        print(f"fencegate: {exc}", file=sys.stderr)
+        return 2
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    jobs = sub.add_parser("jobs", help="work queue: enqueue, list, show, stats, dead, replay")
+    verbs = jobs.add_subparsers(dest="verb", required=True)
+    p = verbs.add_parser("enqueue", help="add a job")
+    p.add_argument("queue")
+    p.add_argument("--payload", default="{}", help="JSON")
+    p.add_argument("--dedupe-key")
+    p.add_argument("--ordering-key")
+    p.add_argument("--delay", type=float, help="seconds until it may run")
+    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--priority", type=int, default=0)
+    p = verbs.add_parser("list", help="a queue's jobs")
+    p.add_argument("queue")
+    p.add_argument("--state", choices=["queued", "claimed", "completed", "dead"])
+    p.add_argument("--limit", type=int, default=100)
+    p = verbs.add_parser("dead", help="a queue's dead jobs, with their last error")
+    p.add_argument("queue")
+    p.add_argument("--limit", type=int, default=100)
+    p = verbs.add_parser("show", help="one job")
+    p.add_argument("id", type=int)
+    p = verbs.add_parser("stats", help="depth by state")
+    p.add_argument("queue", nargs="?")
+    p = verbs.add_parser("replay", help="dead jobs back to the queue, attempts reset")
+    p.add_argument("queue")
+    p.add_argument("ids", type=int, nargs="*", help="job ids (default: every dead job)")
+    for v in verbs.choices.values():
+        v.add_argument("--json", action="store_true")
+        v.set_defaults(func=_main)

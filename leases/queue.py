@@ -1,0 +1,250 @@
+"""The work queue: idempotent enqueue, batch claims that hand out fenced
+leases, complete and fail conditioned on the fence, retries, dead letters,
+per-key ordering, and recovery of expired claims."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from . import policy, sql
+from .client import Lease, LeaseClient
+from .errors import InvalidArgument
+from .metrics import JOBS
+from .retry import RetryPolicy, sanitize_error
+
+log = logging.getLogger("fencegate.queue")
+
+QUEUE_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,100}")
+#: claimers recover expired claims at most this often (per Queue object)
+DEFAULT_RECOVERY_INTERVAL_SECONDS = 5.0
+MAX_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job to enqueue."""
+
+    payload: Any
+    dedupe_key: str | None = None
+    ordering_key: str | None = None
+    run_at: dt.datetime | None = None
+    max_attempts: int | None = None
+    priority: int = 0
+
+
+@dataclass
+class Job:
+    """A claimed job: its row, and the lease on ``job:<queue>:<id>``."""
+
+    id: int
+    queue: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    fence: int
+    dedupe_key: str | None
+    ordering_key: str | None
+    priority: int
+    lease: Lease
+
+    @property
+    def resource(self) -> str:
+        return job_resource(self.queue, self.id)
+
+
+def job_resource(queue: str, job_id: int) -> str:
+    return f"job:{queue}:{job_id}"
+
+
+def check_queue(name: str) -> str:
+    if not isinstance(name, str) or not QUEUE_PATTERN.fullmatch(name):
+        raise InvalidArgument("queue names are 1 to 100 of A-Z a-z 0-9 . _ -")
+    return name
+
+
+class Queue:
+    """One named queue on a ``LeaseClient``'s database."""
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        name: str,
+        *,
+        retry: RetryPolicy | None = None,
+        recovery_interval: float = DEFAULT_RECOVERY_INTERVAL_SECONDS,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self.name = check_queue(name)
+        self.retry = retry or RetryPolicy()
+        self.recovery_interval = recovery_interval
+        self._rng = rng or random.Random()
+        self._last_recovery = float("-inf")
+        self._recovering: asyncio.Task[None] | None = None
+
+    async def _pool(self) -> asyncpg.Pool:
+        return await self.client.connect()
+
+    async def enqueue(self, payload: Any, *, dedupe_key: str | None = None,
+                      ordering_key: str | None = None, run_at: dt.datetime | None = None,
+                      max_attempts: int | None = None, priority: int = 0) -> int:
+        """Add one job; its id. The same ``dedupe_key`` again answers the first
+        job's id and adds nothing."""
+        [job_id] = await self.enqueue_many([NewJob(payload, dedupe_key, ordering_key, run_at,
+                                                   max_attempts, priority)])
+        return job_id
+
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Add jobs in one statement; their ids, in order (a deduplicated job
+        answers the existing job's id)."""
+        if not jobs:
+            return []
+        keys = [j.dedupe_key for j in jobs if j.dedupe_key is not None]
+        if len(set(keys)) != len(keys):
+            raise InvalidArgument("a batch must not repeat a dedupe_key")
+        for j in jobs:
+            if j.max_attempts is not None and j.max_attempts < 1:
+                raise InvalidArgument("max_attempts must be at least 1")
+        pool = await self._pool()
+        rows = await pool.fetch(
+            sql.query("enqueue_jobs"), self.name,
+            [json.dumps(j.payload) for j in jobs], [j.dedupe_key for j in jobs],
+            [j.ordering_key for j in jobs], [j.run_at for j in jobs],
+            [j.max_attempts or self.retry.max_attempts for j in jobs],
+            [j.priority for j in jobs],
+        )
+        inserted = [r["id"] for r in rows]
+        by_key = {r["dedupe_key"]: r["id"] for r in rows if r["dedupe_key"] is not None}
+        missing = [k for k in keys if k not in by_key]
+        if missing:  # deduplicated: the first job's id, read in a fresh snapshot
+            found = await pool.fetch(sql.query("find_deduplicated"), self.name, missing)
+            by_key.update({r["dedupe_key"]: r["id"] for r in found})
+        # rows come back in insertion order, which is the order given
+        plain = iter(r["id"] for r in rows if r["dedupe_key"] is None)
+        ids = [by_key[j.dedupe_key] if j.dedupe_key is not None else next(plain) for j in jobs]
+        JOBS.labels(queue=self.name, event="enqueued").inc(len(inserted))
+        if missing:
+            JOBS.labels(queue=self.name, event="deduplicated").inc(len(missing))
+        return ids
+
+    async def claim(self, owner: str | None = None, *, limit: int = 1,
+                    ttl: float = 30.0) -> list[Job]:
+        """Take up to ``limit`` runnable jobs, each leased for ``ttl`` seconds
+        under its own fence. Nothing to do, or a lost race: an empty list."""
+        owner = policy.check_owner(owner) if owner else self.client.owner
+        ttl = policy.check_ttl(ttl)
+        if not 1 <= limit <= MAX_BATCH:
+            raise InvalidArgument(f"limit must be between 1 and {MAX_BATCH}")
+        self._maybe_recover()
+        pool = await self._pool()
+        sent_at = time.monotonic()
+        rows = await pool.fetch(sql.query("claim_jobs"), self.name, owner, limit, ttl)
+        jobs = [self._job(r, owner, ttl, sent_at) for r in rows]
+        if jobs:
+            JOBS.labels(queue=self.name, event="claimed").inc(len(jobs))
+        return jobs
+
+    def _job(self, r: asyncpg.Record, owner: str, ttl: float, sent_at: float) -> Job:
+        lease = Lease(self.client, job_resource(self.name, r["id"]), owner, r["fence"],
+                      r["expires_at"], ttl, sent_at, policy.RenewalPolicy(ttl))
+        return Job(r["id"], r["queue"], json.loads(r["payload"]), r["attempts"],
+                   r["max_attempts"], r["fence"], r["dedupe_key"], r["ordering_key"],
+                   r["priority"], lease)
+
+    async def complete(self, job: Job, result_ref: str | None = None) -> bool:
+        """Mark the job done, if its fence is still current. False: a newer claim
+        owns it (this holder was a zombie) and nothing changed."""
+        pool = await self._pool()
+        row = await pool.fetchrow(sql.query("complete_job"), job.id, job.fence, result_ref)
+        if row is not None:
+            job.lease.ended_elsewhere()
+            JOBS.labels(queue=self.name, event="completed").inc()
+        return row is not None
+
+    async def fail(self, job: Job, error: BaseException | str) -> str | None:
+        """Record a failed attempt, if the fence is still current: answers
+        ``"queued"`` (retried after a backoff), ``"dead"``, or ``None`` (stale)."""
+        decision = self.retry.decide(job.attempts, job.max_attempts, self._rng)
+        pool = await self._pool()
+        state = await pool.fetchval(sql.query("fail_job"), job.id, job.fence,
+                                    sanitize_error(error), decision.delay_seconds)
+        if state is not None:
+            job.lease.ended_elsewhere()
+            JOBS.labels(queue=self.name, event="retried" if state == "queued" else "dead").inc()
+        return state  # type: ignore[no-any-return]
+
+    async def recover(self) -> int:
+        """Return expired claims to the queue (or to the dead, after their last
+        attempt); how many."""
+        pool = await self._pool()
+        rows = await pool.fetch(sql.query("recover_jobs"), self.name)
+        dead = sum(1 for r in rows if r["state"] == "dead")
+        if dead:
+            JOBS.labels(queue=self.name, event="dead").inc(dead)
+        if rows:
+            log.info("recovered expired claims",
+                     extra={"queue": self.name, "jobs": len(rows), "dead": dead})
+        return len(rows)
+
+    def _maybe_recover(self) -> None:
+        """On the polling path: at most every ``recovery_interval``, in the
+        background, so the poll is neither slowed nor failed by it."""
+        now = time.monotonic()
+        if now - self._last_recovery < self.recovery_interval:
+            return
+        if self._recovering is not None and not self._recovering.done():
+            return
+        self._last_recovery = now
+        self._recovering = asyncio.get_running_loop().create_task(self._recover_quietly())
+
+    async def _recover_quietly(self) -> None:
+        try:
+            await self.recover()
+        except Exception as exc:  # never fail the poll; the backstop will retry
+            log.warning("recovery failed", extra={"queue": self.name,
+                                                  "error": type(exc).__name__})
+
+    async def replay(self, job_ids: Sequence[int] | None = None, *, batch: int = 500,
+                     progress: Callable[[int], None] | None = None) -> int:
+        """Dead jobs back to the queue with attempts reset: the ones given, or
+        all of this queue's (in batches of ``batch``); how many."""
+        pool = await self._pool()
+        ids = list(job_ids) if job_ids is not None else None
+        total = 0
+        while True:
+            rows = await pool.fetch(sql.query("replay_jobs"), self.name, ids, batch)
+            total += len(rows)
+            if progress is not None:
+                progress(total)
+            if len(rows) < batch:
+                break
+        if total:
+            JOBS.labels(queue=self.name, event="replayed").inc(total)
+        return total
+
+    async def list(self, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        pool = await self._pool()
+        rows = await pool.fetch(sql.query("list_jobs"), self.name, state, limit)
+        return [job_view(r) for r in rows]
+
+    async def stats(self) -> dict[str, int]:
+        pool = await self._pool()
+        rows = await pool.fetch(sql.query("queue_stats"), self.name)
+        return {r["state"]: r["jobs"] for r in rows}
+
+
+def job_view(row: asyncpg.Record) -> dict[str, Any]:
+    out = dict(row)
+    out["payload"] = json.loads(out["payload"])
+    return out

@@ -1,0 +1,165 @@
+"""``Worker``: runs a handler over a queue with bounded concurrency.
+
+Each job runs inside its lease (``async with job.lease``): renewed in the
+background, and cancelled the moment ownership cannot be proven. Complete and
+fail happen inside the lease too, so the lease never lapses between the work
+and its record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from .client import UNREACHABLE_ERRORS
+from .errors import LeaseLost
+from .queue import Job, Queue
+
+log = logging.getLogger("fencegate.worker")
+
+Handler = Callable[[Job], Awaitable[str | None]]
+
+DEFAULT_CONCURRENCY = 4
+DEFAULT_TTL_SECONDS = 30.0
+DEFAULT_POLL_MIN_SECONDS = 0.05
+DEFAULT_POLL_MAX_SECONDS = 2.0
+DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_BACKSTOP_SECONDS = 10.0
+
+
+class Worker:
+    """Process ``queue`` with ``handler``; the handler's return value (if any) is
+    stored as the job's ``result_ref``."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Handler,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        ttl: float = DEFAULT_TTL_SECONDS,
+        poll_min: float = DEFAULT_POLL_MIN_SECONDS,
+        poll_max: float = DEFAULT_POLL_MAX_SECONDS,
+        grace: float = DEFAULT_GRACE_SECONDS,
+        backstop_interval: float = DEFAULT_BACKSTOP_SECONDS,
+        owner: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.ttl = ttl
+        self.poll_min, self.poll_max = poll_min, poll_max
+        self.grace = grace
+        self.backstop_interval = backstop_interval
+        self.owner = owner or queue.client.owner
+        self._stopping = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._slot_free = asyncio.Event()
+        #: set after every backstop pass (a test hook)
+        self.backstop_passed = asyncio.Event()
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight jobs get the grace period to finish."""
+        self._stopping.set()
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Claim and process until ``stop()`` (or SIGTERM/SIGINT with
+        ``handle_signals``), then shut down gracefully."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        backstop = loop.create_task(self._backstop())
+        try:
+            await self._claim_loop()
+        finally:
+            backstop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await backstop
+            await self._shutdown()
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+
+    async def _claim_loop(self) -> None:
+        idle = self.poll_min
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._wait(self._slot_free.wait(), None)
+                continue
+            try:
+                jobs = await self.queue.claim(self.owner, limit=free, ttl=self.ttl)
+            except UNREACHABLE_ERRORS as exc:
+                log.warning("claim failed", extra={"queue": self.queue.name,
+                                                   "error": type(exc).__name__})
+                jobs = []
+            for job in jobs:
+                task = asyncio.get_running_loop().create_task(self._process(job))
+                self._running.add(task)
+                task.add_done_callback(self._done)
+            if jobs:
+                idle = self.poll_min
+            else:
+                await self._wait(asyncio.sleep(idle), idle)
+                idle = min(self.poll_max, idle * 2)
+
+    async def _wait(self, aw: Awaitable[object], timeout: float | None) -> None:
+        """Wait for ``aw`` or for stop(), whichever comes first."""
+        waiter = asyncio.ensure_future(aw)
+        stopper = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({waiter, stopper}, timeout=timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
+        for t in (waiter, stopper):
+            t.cancel()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._slot_free.set()
+
+    async def _process(self, job: Job) -> None:
+        try:
+            async with job.lease:
+                try:
+                    result = await self.handler(job)
+                except Exception as exc:
+                    state = await self.queue.fail(job, exc)
+                    log.info("job failed", extra={"queue": job.queue, "job": job.id,
+                                                  "attempt": job.attempts, "now": state})
+                else:
+                    if not await self.queue.complete(job, result):
+                        log.warning("job completed by a stale holder: not counted",
+                                    extra={"queue": job.queue, "job": job.id})
+        except LeaseLost as lost:
+            log.warning("job lease lost: handler cancelled",
+                        extra={"queue": job.queue, "job": job.id, "reason": lost.reason})
+        except UNREACHABLE_ERRORS as exc:
+            # completion could not be recorded: the lease lapses and the job is
+            # recovered and run again (at-least-once; effects are fenced)
+            log.warning("could not record the job's end", extra={
+                "queue": job.queue, "job": job.id, "error": type(exc).__name__})
+
+    async def _backstop(self) -> None:
+        """Recover expired claims even when this worker is too busy to poll."""
+        while True:
+            await asyncio.sleep(self.backstop_interval)
+            try:
+                await self.queue.recover()
+            except Exception as exc:
+                log.warning("backstop recovery failed", extra={"error": type(exc).__name__})
+            self.backstop_passed.set()
+
+    async def _shutdown(self) -> None:
+        if not self._running:
+            return
+        _done, pending = await asyncio.wait(set(self._running), timeout=self.grace)
+        for task in pending:  # past the grace period: their leases lapse
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)

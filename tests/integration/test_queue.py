@@ -1,0 +1,217 @@
+"""The work queue on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import random
+
+import asyncpg
+import pytest
+
+from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker
+from leases.queue import Job
+
+
+def queue(pool: asyncpg.Pool, name: str = "mail", owner: str = "w1", **kw: object) -> Queue:
+    return Queue(LeaseClient(pool=pool, owner=owner), name, rng=random.Random(1),
+                 **kw)  # type: ignore[arg-type]
+
+
+async def test_enqueue_is_idempotent_on_the_dedupe_key(pool: asyncpg.Pool) -> None:
+    q = queue(pool)
+    first = await q.enqueue({"to": "a"}, dedupe_key="welcome:a")
+    again = await q.enqueue({"to": "changed"}, dedupe_key="welcome:a")
+    other = await q.enqueue({"to": "b"}, dedupe_key="welcome:b")
+    assert first == again != other
+    assert (await q.stats()) == {"queued": 2}
+    # another queue has its own keys
+    assert await queue(pool, "other").enqueue({}, dedupe_key="welcome:a") != first
+
+
+async def test_concurrent_enqueues_of_one_key_make_one_job(pool: asyncpg.Pool) -> None:
+    q = queue(pool)
+    for round_ in range(20):
+        ids = await asyncio.gather(*(q.enqueue({"n": i}, dedupe_key=f"k{round_}")
+                                     for i in range(12)))
+        assert len(set(ids)) == 1
+    assert (await q.stats()) == {"queued": 20}
+
+
+async def test_batch_enqueue_answers_ids_in_order(pool: asyncpg.Pool) -> None:
+    q = queue(pool)
+    existing = await q.enqueue({}, dedupe_key="d2")
+    ids = await q.enqueue_many([NewJob({"n": 1}), NewJob({"n": 2}, dedupe_key="d2"),
+                                NewJob({"n": 3}, dedupe_key="d3"), NewJob({"n": 4})])
+    assert ids[1] == existing and len(set(ids)) == 4
+    jobs = await q.claim(limit=10)
+    assert sorted(j.payload.get("n", 0) for j in jobs) == [0, 1, 3, 4]
+
+
+async def test_a_claimed_job_is_a_fenced_lease(pool: asyncpg.Pool) -> None:
+    q = queue(pool)
+    job_id = await q.enqueue({"x": 1})
+    [job] = await q.claim(limit=5, ttl=30)
+    assert job.id == job_id and job.attempts == 1 and job.resource == f"job:mail:{job_id}"
+    info = await LeaseClient(pool=pool).show(job.resource)
+    assert info is not None and info.live and info.fence == job.fence and info.owner == "w1"
+    assert await q.claim() == []  # nothing else runnable
+    assert await q.complete(job, "msg-123") is True
+    info = await LeaseClient(pool=pool).show(job.resource)
+    assert info is not None and not info.live
+    [row] = await q.list()
+    assert row["state"] == "completed" and row["result_ref"] == "msg-123"
+
+
+async def test_priority_and_run_at_are_respected(pool: asyncpg.Pool) -> None:
+    q = queue(pool)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    await q.enqueue({"n": "low"})
+    await q.enqueue({"n": "high"}, priority=10)
+    await q.enqueue({"n": "future"}, run_at=later, priority=100)
+    jobs = await q.claim(limit=10)
+    assert [j.payload["n"] for j in jobs] == ["high", "low"]
+    assert (await q.stats()) == {"claimed": 2, "scheduled": 1}
+
+
+async def test_a_stale_complete_after_takeover_changes_nothing(pool: asyncpg.Pool) -> None:
+    q1, q2 = queue(pool, owner="w1"), queue(pool, owner="w2")
+    await q1.enqueue({})
+    [old] = await q1.claim(ttl=0.2)
+    await asyncio.sleep(0.3)
+    assert await q2.recover() == 1
+    [new] = await q2.claim(ttl=30)
+    assert new.id == old.id and new.fence > old.fence and new.attempts == 2
+    assert await q1.complete(old) is False
+    assert await q1.fail(old, "late failure") is None
+    [row] = await q1.list()
+    assert row["state"] == "claimed" and row["claimed_by"] == "w2"
+    # the old holder's fence is refused at the gateway's admission
+    verdict = await pool.fetchval(
+        "SELECT verdict FROM fencegate_admit_effect('c', 'k', '\\x00'::bytea, $1, $2, 'p', 5, 0)",
+        old.resource, old.fence)
+    assert verdict == "stale_fence"
+    assert await q2.complete(new) is True
+
+
+async def test_failures_back_off_by_the_database_clock_then_die(pool: asyncpg.Pool) -> None:
+    q = queue(pool, retry=RetryPolicy(max_attempts=3, base_seconds=0.4, cap_seconds=10))
+    job_id = await q.enqueue({"n": 1})
+    [job] = await q.claim()
+    assert await q.fail(job, RuntimeError("smtp 451 password=hunter2")) == "queued"
+    row = await pool.fetchrow(
+        "SELECT run_at - clock_timestamp() AS wait, last_error FROM fencegate_jobs")
+    assert dt.timedelta(seconds=0.15) <= row["wait"] <= dt.timedelta(seconds=0.4)
+    assert "hunter2" not in row["last_error"] and "RuntimeError" in row["last_error"]
+    assert await q.claim() == []  # not due yet
+    await asyncio.sleep(row["wait"].total_seconds() + 0.05)
+    [job] = await q.claim()
+    assert job.attempts == 2
+    assert await q.fail(job, "again") == "queued"
+    await asyncio.sleep(0.85)
+    [job] = await q.claim()
+    assert job.attempts == 3
+    assert await q.fail(job, "for the last time") == "dead"
+    [dead] = await q.list("dead")
+    assert dead["id"] == job_id and dead["payload"] == {"n": 1}
+    assert dead["last_error"] == "for the last time"
+    assert await q.replay() == 1
+    [job] = await q.claim()
+    assert job.attempts == 1
+
+
+async def test_bulk_replay_reports_progress(pool: asyncpg.Pool) -> None:
+    q = queue(pool, retry=RetryPolicy(max_attempts=1))
+    await q.enqueue_many([NewJob({"n": i}) for i in range(25)])
+    for job in await q.claim(limit=25):
+        await q.fail(job, "boom")
+    seen: list[int] = []
+    assert await q.replay(batch=10, progress=seen.append) == 25
+    assert seen == [10, 20, 25]
+    assert (await q.stats()) == {"queued": 25}
+
+
+async def test_expired_claims_come_back_with_a_higher_fence_or_die(pool: asyncpg.Pool) -> None:
+    q = queue(pool, retry=RetryPolicy(max_attempts=2))
+    await q.enqueue({})
+    [first] = await q.claim(ttl=0.1)
+    await asyncio.sleep(0.2)
+    assert await q.recover() == 1
+    [second] = await q.claim(ttl=0.1)
+    assert second.fence > first.fence
+    await asyncio.sleep(0.2)
+    assert await q.recover() == 1
+    [row] = await q.list()
+    assert row["state"] == "dead" and "lease expired" in row["last_error"]
+
+
+async def test_claimers_recover_on_their_polling_path(pool: asyncpg.Pool) -> None:
+    q = queue(pool, recovery_interval=0.0)
+    await q.enqueue({})
+    [first] = await q.claim(ttl=0.1)
+    await asyncio.sleep(0.2)
+    # no explicit recover(): polling alone brings the job back
+    for _ in range(50):
+        jobs = await q.claim()
+        if jobs:
+            break
+        await asyncio.sleep(0.02)
+    assert jobs and jobs[0].fence > first.fence
+
+
+async def test_ordering_keys_run_one_at_a_time_in_order_and_do_not_hold_others(
+    pool: asyncpg.Pool,
+) -> None:
+    q = queue(pool)
+    await q.enqueue_many([NewJob({"key": k, "n": n}, ordering_key=k)
+                          for n in range(6) for k in ("slow", "a", "b")])
+    await q.enqueue_many([NewJob({"key": None, "n": n}) for n in range(6)])
+    spans: dict[str | None, list[tuple[int, float, float]]] = {}
+    loop = asyncio.get_running_loop()
+
+    async def handler(job: Job) -> None:
+        start = loop.time()
+        await asyncio.sleep(0.15 if job.payload["key"] == "slow" else 0.01)
+        spans.setdefault(job.payload["key"], []).append((job.payload["n"], start, loop.time()))
+
+    worker = Worker(q, handler, concurrency=8, poll_min=0.01, poll_max=0.02)
+    task = asyncio.create_task(worker.run())
+    for _ in range(300):
+        if (await q.stats()).get("completed") == 24:
+            break
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await task
+    assert (await q.stats()) == {"completed": 24}
+    for key in ("slow", "a", "b"):
+        runs = spans[key]
+        assert [n for n, _, _ in runs] == list(range(6)), f"{key} ran out of order"
+        for (_, _, end), (_, start, _) in itertools.pairwise(runs):
+            assert start >= end, f"two jobs of key {key} overlapped"
+    # the other keys did not wait for the slow one
+    assert max(e for _, _, e in spans["a"]) < max(e for _, _, e in spans["slow"]) - 0.3
+    # keyless jobs run side by side
+    starts = sorted(s for _, s, _ in spans[None])
+    assert starts[-1] - starts[0] < 0.1
+
+
+async def test_ordering_survives_retries(pool: asyncpg.Pool) -> None:
+    q = queue(pool, retry=RetryPolicy(max_attempts=3, base_seconds=0.05, cap_seconds=0.1))
+    first = await q.enqueue({"n": 1}, ordering_key="k")
+    await q.enqueue({"n": 2}, ordering_key="k")
+    [job] = await q.claim(limit=5)
+    assert job.id == first
+    assert await q.fail(job, "retry me") == "queued"
+    assert await q.claim(limit=5) == []  # n=2 must not overtake the retrying n=1
+    await asyncio.sleep(0.15)
+    [job] = await q.claim(limit=5)
+    assert job.id == first
+
+
+@pytest.mark.parametrize("bad", [{"limit": 0}, {"ttl": -1}])
+async def test_claim_arguments_are_checked(pool: asyncpg.Pool, bad: dict[str, float]) -> None:
+    from leases import InvalidArgument
+
+    with pytest.raises(InvalidArgument):
+        await queue(pool).claim(**bad)  # type: ignore[arg-type]
