@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+BENCH_STAMP := $(VENV)/.installed-bench
+
 .PHONY: run test lint chaos bench clean
 
 $(BIN)/python:
@@ -25,6 +27,14 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check leases gateway tests
 	$(BIN)/mypy leases gateway
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+# writes bench/RESULTS.md; BENCH_SECONDS sets each timed phase (default 5)
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run
 
 clean:
 	rm -rf $(VENV) .fencegate

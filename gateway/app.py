@@ -9,10 +9,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-import asyncpg
 from aiohttp import web
 
-from leases import LeaseClient, migrate
+from leases import LeaseClient, database, migrate
 
 from .auth import Authenticator
 from .config import Config
@@ -109,7 +108,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         if migrate_on_start:
             await migrate.migrate_dsn(dsn)
-        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=POOL_SIZE)
+        pool = await database.create_pool(dsn, min_size=2, max_size=POOL_SIZE)
         gw = Gateway(config=config, pool=pool,
                      ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),

@@ -37,8 +37,7 @@ async def connect_migrated() -> asyncpg.Pool:
     """A pool on the configured (or embedded) database, migrated to this version."""
     dsn = database.database_url()
     await migrate.migrate_dsn(dsn)
-    pool: asyncpg.Pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
-    return pool
+    return await database.create_pool(dsn, min_size=1, max_size=2)
 
 
 def run_with_client(handler: Handler, args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from . import policy, sql
+from . import database, policy, sql
 from .errors import LeaseLost, LostReason
 from .metrics import LEASE_CLAIMS, LEASE_RENEWALS
 
@@ -74,7 +74,8 @@ class LeaseClient:
         if self._pool is None:
             async with self._connect_lock:
                 if self._pool is None:
-                    self._pool = await asyncpg.create_pool(
+                    assert self._dsn is not None
+                    self._pool = await database.create_pool(
                         self._dsn,
                         min_size=1,
                         max_size=self._pool_size,

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
+
 DATABASE_URL_ENV = "FENCEGATE_DATABASE_URL"
 HOME_ENV = "FENCEGATE_HOME"
 DEFAULT_HOME = ".fencegate"
@@ -48,6 +50,22 @@ def start_embedded(data_dir: Path | None = None) -> str:
 def database_url() -> str:
     """The DSN to use: the environment's, or the embedded server's."""
     return os.environ.get(DATABASE_URL_ENV) or start_embedded()
+
+
+async def _leave_session_as_is(conn: asyncpg.Connection) -> None:
+    """fencegate leaves no session state on a pooled connection (no SET, LISTEN,
+    cursor or advisory lock; an open transaction is still rolled back by asyncpg
+    itself), so the reset query asyncpg would otherwise send on every release
+    is a wasted round trip: it doubled the database calls of an effect."""
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10,
+                      **kwargs: Any) -> asyncpg.Pool:
+    """An asyncpg pool as fencegate uses it: one round trip per statement."""
+    kwargs.setdefault("reset", _leave_session_as_is)
+    pool: asyncpg.Pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
+                                                   **kwargs)
+    return pool
 
 
 def with_database(dsn: str, name: str) -> str:
