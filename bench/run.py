@@ -40,6 +40,7 @@ from leases import LeaseClient, NewJob, Queue, Worker, database, migrate
 from leases.queue import Job
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+WARMUP_SECONDS = 1.0
 DB = "fencegate_bench"
 API_KEY = "bench-key"
 RESOURCES = 64
@@ -122,12 +123,19 @@ def loadgen(spec: dict[str, Any], out: Any) -> None:
 
 
 async def _loadgen(spec: dict[str, Any]) -> dict[str, Any]:
-    kind = spec["kind"]
-    seconds = spec["seconds"]
     counter = iter(range(10**9))
+    send = await _sender(spec["kind"], spec, counter)
+    # warm up (connections, prepared statements, caches), then measure
+    await _drive(send, {**spec, "seconds": WARMUP_SECONDS})
+    result = await _drive(send, spec)
+    await send.close()  # type: ignore[attr-defined]
+    return result
+
+
+async def _drive(send: _Sender, spec: dict[str, Any]) -> dict[str, Any]:
+    seconds = spec["seconds"]
     latencies: list[float] = []
     errors = 0
-    send = await _sender(kind, spec, counter)
 
     async def one() -> None:
         nonlocal errors
@@ -158,7 +166,6 @@ async def _loadgen(spec: dict[str, Any]) -> dict[str, Any]:
                 await one()
         await asyncio.gather(*(caller() for _ in range(spec["concurrency"])))
     elapsed = time.perf_counter() - started
-    await send.close()  # type: ignore[attr-defined]
     return {"n": len(latencies), "errors": errors, "seconds": elapsed,
             "p50": pct(latencies, 0.50), "p99": pct(latencies, 0.99),
             "rps": len(latencies) / elapsed}

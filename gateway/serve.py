@@ -21,8 +21,17 @@ def database_url(config: Config) -> str:
     return os.environ.get(config.database_url_env) or database.database_url()
 
 
+def use_uvloop() -> None:
+    """uvloop's transports roughly halve the per-request cost of the effect
+    path (measured in bench/RESULTS.md)."""
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
 def _run_worker(config_path: str, dsn: str, processes: int) -> None:
     logs.setup()
+    use_uvloop()
     config = load(config_path)
     app = build_app(config, dsn, migrate_on_start=False, processes=processes)
     web.run_app(app, host=config.server.host, port=config.server.port, print=None,

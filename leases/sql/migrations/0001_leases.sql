@@ -176,6 +176,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     n integer;
 BEGIN
+    -- This commit need not wait for the WAL flush: if a crash loses it, the
+    -- effect reads as in flight, then unknown, and is never sent again. (The
+    -- admission's commit, which makes a send possible, does wait.)
+    PERFORM set_config('synchronous_commit', 'off', true);
     UPDATE fencegate_leases SET inflight = inflight - 1
      WHERE resource = p_resource AND fence = p_fence AND inflight > 0;
     IF p_state = 'free' THEN
