@@ -174,3 +174,24 @@ async def test_purge_drops_only_finished_effects_past_retention(gw: Gw) -> None:
     assert await Ledger(gw.pool, 5).purge(retention_seconds=86400) == 1
     keys = {r[0] for r in await gw.pool.fetch("SELECT idempotency_key FROM fencegate_effects")}
     assert keys == {"old-unknown"}
+
+
+async def test_an_unknown_outcome_holds_the_drain_barrier_until_its_deadline(gw: Gw) -> None:
+    """The gateway gave up waiting, but the request may still be landing: the
+    next fence must not be granted before the effect's deadline. (Found while
+    writing the chaos suite's checker: releasing the barrier at the timeout let
+    bytes already sent land after the next claim.)"""
+    from gateway.ledger import DEADLINE_SLACK_SECONDS
+
+    b = LeaseClient(pool=gw.pool, owner="worker-b")
+    lease = await gw.leases.claim("run:late", ttl=0.2)
+    assert lease is not None
+    gw.hook.delay = PROVIDER_TIMEOUT + 0.5
+    sent_at = time.monotonic()
+    status, _, _ = await gw.request("POST", "/v1/http/hook/x", gw.headers(lease, "late"),
+                                    json={})
+    assert status == 504
+    assert await b.claim("run:late", ttl=30) is None
+    won_at, _ = await _claim_until_won(b, "run:late", limit=10)
+    assert won_at - sent_at >= PROVIDER_TIMEOUT + DEADLINE_SLACK_SECONDS - 0.1
+    assert gw.hook.deliveries[0].received_at < won_at

@@ -1,6 +1,6 @@
-"""A TCP fault proxy for tests: forwards to PostgreSQL (TCP or unix socket) and,
-on command, black-holes traffic (connections stay open, bytes stop) or drops
-every connection and refuses new ones."""
+"""A TCP fault proxy for tests: forwards to PostgreSQL (TCP or unix socket) or
+any TCP service and, on command, delays traffic, black-holes it (connections
+stay open, bytes stop) or drops every connection and refuses new ones."""
 
 from __future__ import annotations
 
@@ -9,15 +9,22 @@ import contextlib
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-Mode = Literal["pass", "blackhole", "drop"]
+Mode = Literal["pass", "delay", "blackhole", "drop"]
 
 
 class FaultProxy:
-    def __init__(self, upstream_dsn: str) -> None:
+    """``FaultProxy(dsn)`` for PostgreSQL, ``FaultProxy(tcp=(host, port))`` for
+    anything else."""
+
+    def __init__(self, upstream_dsn: str = "postgresql://127.0.0.1:5432/x", *,
+                 tcp: tuple[str, int] | None = None, delay_seconds: float = 0.2) -> None:
+        self.delay_seconds = delay_seconds
         parts = urlsplit(upstream_dsn)
         socket_dir = parse_qs(parts.query).get("host", [None])[0]
         port = parts.port or 5432
-        if socket_dir and socket_dir.startswith("/"):
+        if tcp is not None:
+            self._unix, self._tcp = None, tcp
+        elif socket_dir and socket_dir.startswith("/"):
             self._unix: str | None = f"{socket_dir}/.s.PGSQL.{port}"
             self._tcp: tuple[str, int] | None = None
         else:
@@ -87,6 +94,8 @@ class FaultProxy:
                     break
                 while self.mode == "blackhole":
                     await asyncio.sleep(0.01)  # hold the bytes: nothing gets through
+                if self.mode == "delay":
+                    await asyncio.sleep(self.delay_seconds)
                 if self.mode == "drop":
                     break
                 dst.write(data)

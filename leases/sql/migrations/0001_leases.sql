@@ -180,8 +180,13 @@ BEGIN
     -- effect reads as in flight, then unknown, and is never sent again. (The
     -- admission's commit, which makes a send possible, does wait.)
     PERFORM set_config('synchronous_commit', 'off', true);
-    UPDATE fencegate_leases SET inflight = inflight - 1
-     WHERE resource = p_resource AND fence = p_fence AND inflight > 0;
+    -- An attempt whose outcome is unknown may still be landing (bytes already
+    -- on their way when the gateway gave up): it keeps holding the drain
+    -- barrier until its deadline. Every other ending releases it now.
+    IF p_state <> 'unknown' THEN
+        UPDATE fencegate_leases SET inflight = inflight - 1
+         WHERE resource = p_resource AND fence = p_fence AND inflight > 0;
+    END IF;
     IF p_state = 'free' THEN
         DELETE FROM fencegate_effects
          WHERE id = p_effect_id AND state = 'in_flight' AND fence = p_fence AND attempts = 1;
