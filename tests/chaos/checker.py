@@ -1,0 +1,160 @@
+"""The history checker: what must never happen, whatever the faults.
+
+Pure: it reads a list of events (claims, effect attempts, deliveries at the
+sinks, faults) and the final state of the queue, and answers the violations
+and the figures. Times are wall-clock seconds of this one machine: the
+database's ``clock_timestamp()`` for grants, the sinks' ``time.time()`` for
+deliveries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.idempotency import derived_key, message_id
+
+#: an attempt that started this soon after an outage began may have been
+#: admitted just before it
+OUTAGE_GRACE_SECONDS = 0.05
+
+
+@dataclass
+class Report:
+    violations: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def provider_key(client: str, kind: str, key: str) -> str:
+    """What a sink records for the effect ``key``: the Message-ID, or the
+    provider idempotency key."""
+    return message_id(client, key) if kind == "smtp" else derived_key(client, key)
+
+
+Events = list[dict[str, Any]]
+Granted = dict[str, list[tuple[int, float]]]
+
+
+def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = None,
+          expected_jobs: int = 0) -> Report:
+    report = Report()
+    claims = [e for e in events if e["ev"] == "claim"]
+    attempts = [e for e in events if e["ev"] == "attempt"]
+    deliveries = [e for e in events if e["ev"] == "delivery"]
+    outages = [(e["start"], e["end"]) for e in events
+               if e["ev"] == "fault" and e.get("db_outage")]
+    v = report.violations
+    granted = _fences_granted(claims, v)
+    duplicates = _duplicates(deliveries, v)
+    stale = _stale_deliveries(deliveries, granted, v)
+    _expired_let_through(claims, attempts, v)
+    _outages(client, attempts, deliveries, outages, v)
+    lost = _lost_jobs(final_jobs, expected_jobs, v)
+    refused = Counter(a["code"] for a in attempts if a["status"] != 200)
+    report.figures.update({
+        "claims": len(claims),
+        "attempts": len(attempts),
+        "deliveries": sum(1 for d in deliveries if d["accepted"]),
+        "resends_deduped_by_provider": sum(1 for d in deliveries if not d["accepted"]),
+        "refused": dict(sorted(refused.items())),
+        "duplicates": duplicates,
+        "stale_deliveries": stale,
+        "lost_jobs": lost,
+        "jobs": dict(final_jobs or {}),
+    })
+    return report
+
+
+def _fences_granted(claims: Events, v: list[str]) -> Granted:
+    """Fences granted per resource, in fence order, with when; no fence twice,
+    and a higher fence never granted before a lower one."""
+    granted: Granted = defaultdict(list)
+    for c in claims:
+        granted[c["resource"]].append((c["fence"], c["granted"]))
+    for fences in granted.values():
+        fences.sort()
+        for (f1, t1), (f2, t2) in itertools.pairwise(fences):
+            if f2 == f1:
+                v.append(f"fence {f1} was issued twice")
+            elif t2 < t1:
+                v.append(f"fence {f2} was granted before the lower {f1}")
+    return granted
+
+
+def _duplicates(deliveries: Events, v: list[str]) -> int:
+    """1. No key delivered twice (a provider that dedupes 'accepts' once)."""
+    accepted = Counter(d["key"] for d in deliveries if d["accepted"])
+    duplicates = {k: n for k, n in accepted.items() if n > 1}
+    for k, n in sorted(duplicates.items()):
+        v.append(f"effect {k} was delivered {n} times")
+    return len(duplicates)
+
+
+def _stale_deliveries(deliveries: Events, granted: Granted, v: list[str]) -> int:
+    """2. Every delivery under a fence that was granted and not yet superseded
+    (a newer fence granted before the delivery landed breaks the drain barrier)."""
+    stale = 0
+    for d in deliveries:
+        fences = granted.get(d["resource"], [])
+        if d["fence"] not in {f for f, _ in fences}:
+            stale += 1
+            v.append(f"delivery of {d['key']} under fence {d['fence']}, never granted on "
+                     f"{d['resource']}")
+            continue
+        later = fences[bisect.bisect_right(fences, (d["fence"], float("inf"))):]
+        newer = [(f, t) for f, t in later if t < d["wall"]]
+        if newer:
+            stale += 1
+            f, t = newer[0]
+            v.append(f"delivery of {d['key']} under fence {d['fence']} at {d['wall']:.6f}, "
+                     f"after fence {f} was granted at {t:.6f} (drain barrier / stale fence)")
+    return stale
+
+
+def _expired_let_through(claims: Events, attempts: Events, v: list[str]) -> None:
+    """3. A lease that expired, unrenewed, lets nothing new through."""
+    expiry = {(c["resource"], c["fence"]): c["expires"] for c in claims if not c.get("renews")}
+    for a in attempts:
+        end = expiry.get((a["resource"], a["fence"]))
+        if end is not None and a["t0"] > end and a["status"] == 200 and a["code"] == "ok":
+            v.append(f"attempt {a['key']} under fence {a['fence']} started "
+                     f"{a['t0'] - end:.3f}s after its lease expired and was let through")
+
+
+def _outages(client: str, attempts: Events, deliveries: Events,
+             outages: list[tuple[float, float]], v: list[str]) -> None:
+    """4. While the database is out of reach: 503, and nothing delivered."""
+    def inside(a: dict[str, Any]) -> bool:
+        return any(s + OUTAGE_GRACE_SECONDS < a["t0"] and a["t1"] < e for s, e in outages)
+
+    for a in attempts:
+        if inside(a) and a["status"] not in (503, 0):
+            v.append(f"attempt {a['key']} answered {a['status']} {a['code']} while the "
+                     "database was unreachable (expected 503)")
+    by_effect: dict[tuple[str, int], Events] = defaultdict(list)
+    for a in attempts:
+        by_effect[(provider_key(client, a["kind"], a["key"]), a["fence"])].append(a)
+    for d in deliveries:
+        tries = by_effect.get((d["key"], d["fence"]), [])
+        if tries and all(inside(a) for a in tries):
+            v.append(f"{d['key']} was delivered though every attempt fell in a database "
+                     "outage")
+
+
+def _lost_jobs(final_jobs: dict[str, int] | None, expected: int, v: list[str]) -> int:
+    """5. No job lost: at the end, every job completed or dead."""
+    if final_jobs is None:
+        return 0
+    lost = sum(final_jobs.get(s, 0) for s in ("queued", "claimed", "scheduled"))
+    if lost:
+        v.append(f"{lost} jobs neither completed nor dead at the end")
+    if sum(final_jobs.values()) != expected:
+        v.append(f"{expected} jobs enqueued, {sum(final_jobs.values())} found")
+    return lost

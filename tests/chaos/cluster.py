@@ -1,0 +1,187 @@
+"""Everything a chaos run needs, as real processes on loopback, with the knobs
+the fault injector turns.
+
+    workers ──▶ [fault proxy] ──▶ gateway (fencegate serve) ──▶ [fault proxy] ──▶ PostgreSQL
+       │                              │                                            ▲
+       └──────────── lease client ────┼────────────────────────────────────────────┘
+                                      └──▶ sinks (SMTP + HTTP, recording every delivery)
+
+PostgreSQL is a private embedded instance (pgserver) in the run's folder, so it
+can be stopped and started without touching anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gateway.auth import key_sha256
+from leases import migrate
+from tests.chaos.history import Recorder
+from tests.support.faultproxy import FaultProxy
+
+CLIENT = "chaos"
+API_KEY = "chaos-key"
+PROVIDER_TIMEOUT = 1.0
+PY = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    def __init__(self, workdir: Path, seed: int, slow_fraction: float) -> None:
+        self.dir = workdir
+        self.history = workdir / "history"
+        self.seed = seed
+        self.slow_fraction = slow_fraction
+        self.rec = Recorder(self.history, "orchestrator")
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.gateway: subprocess.Popen[bytes] | None = None
+        self.pg: Any = None
+
+    # ---- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            self.pg = pgserver.get_server(  # type: ignore[attr-defined]
+                str(self.dir / "pgdata"), cleanup_mode="stop")
+        self.pg_dsn = str(self.pg.get_uri())
+        await migrate.migrate_dsn(self.pg_dsn)
+        self.db_proxy = await FaultProxy(self.pg_dsn).start()
+        self.smtp_port, self.http_port = free_port(), free_port()
+        self.procs.append(self._spawn("tests.chaos.sinks", str(self.smtp_port),
+                                      str(self.http_port), str(self.history), str(self.seed),
+                                      str(self.slow_fraction)))
+        self.gw_port = free_port()
+        self.config = self.dir / "gateway.toml"
+        self.config.write_text(f"""
+[server]
+port = {self.gw_port}
+database_timeout_seconds = 1.0
+[database]
+url_env = "CHAOS_DATABASE_URL"
+[[clients]]
+name = "{CLIENT}"
+key_sha256 = "{key_sha256(API_KEY)}"
+resources = ["run:*", "job:*"]
+[providers.mail]
+kind = "smtp"
+host = "127.0.0.1"
+port = {self.smtp_port}
+timeout_seconds = {PROVIDER_TIMEOUT}
+rate_limit_per_second = 100000
+[providers.crm]
+kind = "http"
+base_url = "http://127.0.0.1:{self.http_port}/api"
+timeout_seconds = {PROVIDER_TIMEOUT}
+rate_limit_per_second = 100000
+idempotency_header = "Idempotency-Key"
+idempotency_window_seconds = 3600
+""")
+        self.start_gateway()
+        self.gw_proxy = await FaultProxy(tcp=("127.0.0.1", self.gw_port),
+                                          delay_seconds=0.3).start()
+        self.url = f"http://127.0.0.1:{self.gw_proxy.port}"
+        await self.wait_ready()
+
+    def _spawn(self, module: str, *args: str, pipes: bool = False) -> subprocess.Popen[bytes]:
+        name = f"{module.rsplit('.', 1)[-1]}-{args[1] if len(args) > 1 else ''}-{time.time_ns()}"
+        with (self.dir / f"{name}.log").open("ab") as log:  # the child keeps its own fd
+            return subprocess.Popen(
+                [PY, "-m", module, *args], cwd=ROOT, stderr=log,
+                stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if pipes else subprocess.DEVNULL,
+                env={**os.environ, "CHAOS_DATABASE_URL": self.db_proxy.dsn()})
+
+    def start_gateway(self) -> None:
+        self.gateway = self._spawn("gateway.cli", "serve", "--config", str(self.config))
+
+    async def wait_ready(self, timeout: float = 60) -> float:
+        """Seconds until the gateway answers /readyz with 200 (directly, not
+        through the worker-side proxy)."""
+        started = time.monotonic()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s:
+            while time.monotonic() - started < timeout:
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                    async with s.get(f"http://127.0.0.1:{self.gw_port}/readyz") as r:
+                        if r.status == 200:
+                            return time.monotonic() - started
+                await asyncio.sleep(0.05)
+        raise RuntimeError("the gateway never became ready")
+
+    async def close(self) -> None:
+        for p in [*self.procs, self.gateway]:
+            if p is not None and p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait()
+        await self.gw_proxy.close()
+        await self.db_proxy.close()
+        if self.pg is not None:
+            self.pg.cleanup()
+
+    # ---- faults --------------------------------------------------------------
+
+    def fault(self, kind: str, start: float, end: float, db_outage: bool = False,
+              **extra: Any) -> None:
+        self.rec.record("fault", kind=kind, start=start, end=end, db_outage=db_outage, **extra)
+
+    async def kill_gateway(self) -> float:
+        """SIGKILL the gateway (mid-send, whatever it was doing) and start a
+        new one; seconds until it is ready again."""
+        assert self.gateway is not None
+        start = time.time()
+        self.gateway.kill()
+        self.gateway.wait()
+        self.start_gateway()
+        recovery = await self.wait_ready()
+        self.fault("kill_gateway", start, time.time(), recovery=recovery)
+        return recovery
+
+    async def restart_postgres(self, down_seconds: float) -> float:
+        """Stop PostgreSQL as a crash would (immediate), wait, start it; seconds
+        from its start until the gateway is ready again."""
+        from pgserver._commands import pg_ctl  # type: ignore[import-untyped]
+
+        start = time.time()
+        await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"],
+                                pgdata=self.pg.pgdata, user=self.pg.system_user)
+        await asyncio.sleep(down_seconds)
+        up_at = time.time()
+        await asyncio.to_thread(self.pg.ensure_postgres_running)
+        await self.wait_ready()
+        self.fault("restart_postgres", start, up_at, db_outage=True,
+                   recovery=time.time() - up_at, down=down_seconds)
+        return time.time() - up_at
+
+    async def proxy_fault(self, which: str, mode: str, seconds: float) -> None:
+        proxy = self.db_proxy if which == "db" else self.gw_proxy
+        start = time.time()
+        proxy.set_mode(mode)  # type: ignore[arg-type]
+        await asyncio.sleep(seconds)
+        if mode == "blackhole":
+            proxy.set_mode("drop")  # held bytes are dropped, never delivered late
+        proxy.set_mode("pass")
+        self.fault(f"{which}_proxy_{mode}", start, time.time(),
+                   db_outage=which == "db" and mode in ("drop", "blackhole"))

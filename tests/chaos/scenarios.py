@@ -1,0 +1,257 @@
+"""The two chaos scenarios: zombie trials, and a mixed soak under random faults.
+
+Every random choice (trial timings, which fault, when, for how long) comes from
+one ``random.Random(seed)``, so a seed replays the same schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from leases import LeaseClient, NewJob, Queue
+from tests.chaos.cluster import API_KEY, Cluster
+from tests.chaos.worker import SOAK_QUEUE, SOAK_TTL
+
+ZOMBIE_TTL = 0.4
+
+
+class LaneWorker:
+    """A lane-mode worker process driven over its stdin/stdout."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self._next = 0
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def spawn(cls, cluster: Cluster, name: str) -> LaneWorker:
+        from tests.chaos.cluster import PY, ROOT
+
+        with (cluster.dir / f"lane-{name}.log").open("ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                PY, "-m", "tests.chaos.worker", "lane", name, cluster.pg_dsn, cluster.url,
+                API_KEY, str(cluster.history), cwd=ROOT, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=log)
+        return cls(proc)
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            msg = json.loads(line)
+            fut = self._waiting.pop(msg["id"], None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+
+    def call(self, **cmd: Any) -> asyncio.Future[dict[str, Any]]:
+        self._next += 1
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[self._next] = fut
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"id": self._next, **cmd}) + "\n").encode())
+        return fut
+
+    async def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+            self.proc.kill()
+        await self.proc.wait()
+        self._reader.cancel()
+
+
+@dataclass
+class TrialStats:
+    trials: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+
+async def zombie_trial(cluster: Cluster, a: LaneWorker, b: LaneWorker, name: str,
+                       rng: random.Random, stats: TrialStats) -> None:
+    """A claims and starts to send; it is frozen (SIGSTOP) at a random point
+    around the send, past its ttl; B usually takes over and sends the same
+    logical effect; A is thawed and carries on as if nothing happened."""
+    resource, key = f"run:{name}", name
+    # half the time A's effect is the very one B will send (must land once), half
+    # the time one of A's own (must not land at all once A is stale)
+    key_a = key if rng.random() < 0.5 else f"{name}-a"
+    kind = rng.choice(["smtp", "http"])
+    # freeze A before, during or after its send, in about equal parts
+    send_delay, stop_after = rng.uniform(0.02, 0.12), rng.uniform(0, 0.2)
+    takeover = rng.random() < 0.7
+    claimed = await asyncio.wait_for(a.call(op="claim", resource=resource, ttl=ZOMBIE_TTL), 30)
+    fence_a = claimed["fence"]
+    assert fence_a is not None, "a fresh resource must be free"
+    sent_a = a.call(op="send", resource=resource, fence=fence_a, key=key_a, kind=kind,
+                    delay=send_delay)
+    await asyncio.sleep(stop_after)
+    frozen_at = time.time()
+    os.kill(a.pid, signal.SIGSTOP)
+    await asyncio.sleep(max(0.0, claimed["expires"] - time.time()) + 0.05)
+    if takeover:
+        fence_b = None
+        for _ in range(400):  # may wait out A's effect in flight: the drain barrier
+            got = await asyncio.wait_for(b.call(op="claim", resource=resource, ttl=5), 30)
+            fence_b = got["fence"]
+            if fence_b is not None:
+                break
+            await asyncio.sleep(0.025)
+        assert fence_b is not None, f"{name}: B never got the resource"
+        answer_b = await asyncio.wait_for(
+            b.call(op="send", resource=resource, fence=fence_b, key=key, kind=kind), 30)
+        stats.outcomes[f"B {answer_b['status']} {answer_b['code']}"] += 1
+    os.kill(a.pid, signal.SIGCONT)
+    cluster.fault("zombie", frozen_at, time.time())
+    answer_a = await asyncio.wait_for(sent_a, 30)
+    stats.outcomes[f"A {answer_a['status']} {answer_a['code']}"] += 1
+    stats.trials += 1
+
+
+async def zombie_trials(cluster: Cluster, trials: int, lanes: int,
+                        rng: random.Random) -> TrialStats:
+    stats = TrialStats()
+    seeds = [rng.randrange(2**32) for _ in range(lanes)]
+
+    async def lane(index: int) -> None:
+        lane_rng = random.Random(seeds[index])
+        a = await LaneWorker.spawn(cluster, f"lane{index}-a")
+        b = await LaneWorker.spawn(cluster, f"lane{index}-b")
+        try:
+            for t in range(index, trials, lanes):
+                await zombie_trial(cluster, a, b, f"z{t}", lane_rng, stats)
+        finally:
+            await a.close()
+            await b.close()
+
+    await asyncio.gather(*(lane(i) for i in range(lanes)))
+    return stats
+
+
+# ---- the mixed soak -------------------------------------------------------------
+
+FAULTS = ["zombie", "kill_worker", "kill_gateway", "restart_postgres", "db_proxy_drop",
+          "db_proxy_blackhole", "gw_proxy_delay", "gw_proxy_drop", "gw_proxy_blackhole"]
+
+
+@dataclass
+class SoakStats:
+    faults: Counter[str] = field(default_factory=Counter)
+    pg_recovery_seconds: list[float] = field(default_factory=list)
+    gateway_recovery_seconds: list[float] = field(default_factory=list)
+    final_jobs: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: float,
+               rng: random.Random, faults: list[str] | None = None,
+               limit_seconds: float = 1500) -> SoakStats:
+    """``effects`` jobs (each one email or HTTP effect) spread over
+    ``spread_seconds``, processed by ``workers`` worker processes while faults
+    strike one after another: the given list, or random ones until the queue
+    is drained."""
+    stats = SoakStats()
+    started = time.monotonic()
+    pool = await asyncpg.create_pool(cluster.pg_dsn, min_size=1, max_size=2)
+    q = Queue(LeaseClient(pool=pool), SOAK_QUEUE)
+    now = dt.datetime.now(dt.UTC)
+    jobs = [NewJob({"kind": rng.choice(["smtp", "http"])},
+                   run_at=now + dt.timedelta(seconds=rng.uniform(0, spread_seconds)),
+                   max_attempts=1000)
+            for _ in range(effects)]
+    for i in range(0, len(jobs), 1000):
+        await q.enqueue_many(jobs[i:i + 1000])
+    await pool.close()
+
+    procs: list[Any] = []
+    names = iter(range(10**6))
+
+    def spawn() -> None:
+        procs.append(cluster._spawn("tests.chaos.worker", "soak", f"soak{next(names)}",
+                                    cluster.pg_dsn, cluster.url, API_KEY,
+                                    str(cluster.history)))
+
+    for _ in range(workers):
+        spawn()
+
+    schedule = list(faults) if faults is not None else None
+    try:
+        while time.monotonic() - started < limit_seconds:
+            if (schedule is None or not schedule) and await drained(cluster.pg_dsn):
+                break
+            if schedule is not None and not schedule:
+                await asyncio.sleep(0.5)
+                continue
+            await asyncio.sleep(rng.uniform(0.5, 2.0))
+            kind = schedule.pop(0) if schedule is not None else rng.choice(FAULTS)
+            stats.faults[kind] += 1
+            await strike(cluster, kind, procs, spawn, rng, stats)
+        else:
+            raise AssertionError("the soak did not drain in time")
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)
+        for p in procs:
+            try:
+                await asyncio.to_thread(p.wait, 30)
+            except Exception:
+                p.kill()
+    conn = await asyncpg.connect(cluster.pg_dsn)
+    rows = await conn.fetch("SELECT state, count(*) AS n FROM fencegate_jobs GROUP BY state")
+    await conn.close()
+    stats.final_jobs = {r["state"]: r["n"] for r in rows}
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+async def drained(dsn: str) -> bool:
+    """No job queued or claimed (False while the database is unreachable)."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=2)
+    except (TimeoutError, OSError, asyncpg.PostgresError):
+        return False
+    try:
+        n = await conn.fetchval("SELECT count(*) FROM fencegate_jobs "
+                                "WHERE state IN ('queued', 'claimed')")
+        return bool(n == 0)
+    finally:
+        await conn.close()
+
+
+async def strike(cluster: Cluster, kind: str, procs: list[Any], spawn: Any,
+                 rng: random.Random, stats: SoakStats) -> None:
+    live = [p for p in procs if p.poll() is None]
+    if kind == "zombie" and live:
+        victim = rng.choice(live)
+        start = time.time()
+        os.kill(victim.pid, signal.SIGSTOP)
+        await asyncio.sleep(SOAK_TTL * 1.5)
+        os.kill(victim.pid, signal.SIGCONT)
+        cluster.fault("zombie", start, time.time())
+    elif kind == "kill_worker" and live:
+        victim = rng.choice(live)
+        start = time.time()
+        victim.kill()
+        victim.wait()
+        spawn()
+        cluster.fault("kill_worker", start, time.time())
+    elif kind == "kill_gateway":
+        stats.gateway_recovery_seconds.append(await cluster.kill_gateway())
+    elif kind == "restart_postgres":
+        stats.pg_recovery_seconds.append(
+            await cluster.restart_postgres(rng.uniform(0.5, 2.0)))
+    elif kind.endswith(("_drop", "_blackhole", "_delay")):
+        which, _, mode = kind.partition("_proxy_")
+        await cluster.proxy_fault(which, mode, rng.uniform(0.5, 2.0))

@@ -1,0 +1,21 @@
+"""A small chaos run inside `make test`: a few zombie trials, and a short soak
+that meets every kind of fault once. `make chaos` runs the full one."""
+
+from __future__ import annotations
+
+import random
+
+from tests.chaos.run import markdown, run
+from tests.chaos.scenarios import FAULTS
+
+
+async def test_a_small_chaos_run_finds_no_violation() -> None:
+    seed = random.SystemRandom().randrange(2**31)
+    faults = list(FAULTS)
+    random.Random(seed).shuffle(faults)
+    r = await run(seed, trials=12, lanes=2, workers=3, effects=200, spread=12.0,
+                  faults=faults, slow_fraction=0.02)
+    assert r.report.ok, f"seed {seed}:\n" + markdown(r)
+    assert r.trials.trials == 12
+    assert r.report.figures["deliveries"] > 0
+    assert sum(r.soak.faults.values()) == len(FAULTS)

@@ -1,0 +1,167 @@
+"""A chaos worker process, in one of two modes.
+
+    python -m tests.chaos.worker lane NAME DSN GATEWAY_URL API_KEY HISTORY_DIR
+        Obeys JSON commands on stdin ({"op": "claim"|"send", ...}) and answers on
+        stdout, so the orchestrator can freeze it (SIGSTOP) between any two steps.
+        It sends with a bare (resource, fence) pair and never checks its lease:
+        the zombie as a buggy or non-Python worker would be. Only the gateway
+        stands between it and a second delivery.
+
+    python -m tests.chaos.worker soak NAME DSN GATEWAY_URL API_KEY HISTORY_DIR
+        Runs a leases.Worker over the queue "soak"; each job sends one effect
+        through GatewayClient under the job's own lease (the lease client in
+        full: renewals, cancellation on loss). Exits when the queue is drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gateway.client import GatewayClient, GatewayProblem
+from leases import Job, LeaseClient, LeaseLost, Queue, RetryPolicy, Worker
+from tests.chaos.history import Recorder
+
+SOAK_QUEUE = "soak"
+SOAK_TTL = 2.0
+
+
+@dataclass
+class Pinned:
+    resource: str
+    fence: int
+
+    def check(self) -> None:
+        """A zombie does not look at its lease."""
+
+
+def email_body(key: str) -> dict[str, Any]:
+    return {"sender": "agent@example.com", "to": ["lead@example.com"],
+            "subject": f"effect {key}", "text": "hello"}
+
+
+async def send(gw: GatewayClient, lease: Any, kind: str, key: str) -> tuple[int, str]:
+    """One effect attempt: (status, code); status 0 when the gateway was not reached."""
+    try:
+        if kind == "smtp":
+            result = await gw.send_email(lease, key, **email_body(key))
+        else:
+            result = await gw.request(lease, "crm", "POST", "events", key, json={"k": key})
+        return result.status, "replayed" if result.replayed else "ok"
+    except GatewayProblem as p:
+        return p.status, p.code
+    except (TimeoutError, aiohttp.ClientError) as e:
+        return 0, type(e).__name__
+
+
+async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out_lock = asyncio.Lock()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def reply(data: dict[str, Any]) -> None:
+        async with out_lock:
+            sys.stdout.write(json.dumps(data) + "\n")
+            sys.stdout.flush()
+
+    async with LeaseClient(dsn, owner=name, pool_size=2) as leases, \
+            GatewayClient(url, key, timeout_seconds=20) as gw:
+
+        async def do(cmd: dict[str, Any]) -> None:
+            if cmd["op"] == "claim":
+                lease = await leases.claim(cmd["resource"], cmd["ttl"])
+                if lease is not None:
+                    expires = lease.expires_at.timestamp()
+                    rec.record("claim", owner=name, resource=lease.resource,
+                               fence=lease.fence, granted=expires - cmd["ttl"],
+                               expires=expires, renews=False)
+                await reply({"id": cmd["id"], "fence": lease.fence if lease else None,
+                             "expires": lease.expires_at.timestamp() if lease else None})
+            else:
+                await asyncio.sleep(cmd.get("delay", 0))
+                t0 = time.time()
+                status, code = await send(gw, Pinned(cmd["resource"], cmd["fence"]),
+                                          cmd["kind"], cmd["key"])
+                rec.record("attempt", owner=name, key=cmd["key"], kind=cmd["kind"],
+                           resource=cmd["resource"], fence=cmd["fence"], t0=t0,
+                           t1=time.time(), status=status, code=code)
+                await reply({"id": cmd["id"], "status": status, "code": code})
+
+        while line := await reader.readline():
+            task = loop.create_task(do(json.loads(line)))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+
+class RecordingQueue(Queue):
+    """Records every claim it makes: the history needs each fence granted."""
+
+    rec: Recorder
+
+    async def claim(self, owner: str | None = None, *, limit: int = 1,
+                    ttl: float = 30.0) -> list[Job]:
+        jobs = await super().claim(owner, limit=limit, ttl=ttl)
+        for job in jobs:
+            expires = job.lease.expires_at.timestamp()
+            self.rec.record("claim", owner=job.lease.owner, resource=job.resource,
+                            fence=job.fence, granted=expires - ttl, expires=expires,
+                            renews=True)
+        return jobs
+
+
+async def soak(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
+    async with LeaseClient(dsn, owner=f"{name}", pool_size=6) as leases, \
+            GatewayClient(url, key, timeout_seconds=10) as gw:
+        q = RecordingQueue(leases, SOAK_QUEUE, recovery_interval=0.5,
+                           retry=RetryPolicy(max_attempts=1000, base_seconds=0.05,
+                                             cap_seconds=0.5))
+        q.rec = rec
+
+        async def handle(job: Job) -> str:
+            effect_key = f"job-{job.id}"
+            t0 = time.time()
+            status, code = await send(gw, job.lease, job.payload["kind"], effect_key)
+            rec.record("attempt", owner=name, key=effect_key, kind=job.payload["kind"],
+                       resource=job.resource, fence=job.fence, t0=t0, t1=time.time(),
+                       status=status, code=code, job=job.id)
+            if status == 200:
+                return code
+            if code == "effect_outcome_unknown":
+                return "unknown"  # done for the worker; an operator settles the effect
+            raise RuntimeError(f"effect {effect_key}: {status} {code}")
+
+        worker = Worker(q, handle, concurrency=4, ttl=SOAK_TTL, poll_min=0.02, poll_max=0.2,
+                        backstop_interval=1.0, grace=1.0)
+        task = asyncio.create_task(worker.run())
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                stats = await q.stats()
+            except Exception:
+                continue  # the database is down: keep going
+            if not stats.get("queued") and not stats.get("claimed"):
+                break
+        worker.stop()
+        await task
+
+
+def main() -> None:
+    mode, name, dsn, url, key, history = sys.argv[1:7]
+    rec = Recorder(Path(history), name)
+    try:
+        asyncio.run((lane if mode == "lane" else soak)(name, dsn, url, key, rec))
+    except LeaseLost:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The chaos checker must catch what it exists to catch: fed histories with a
+planted violation, it reports it; fed a clean one, it reports nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.chaos.checker import check, provider_key
+
+CLIENT = "chaos"
+
+
+def claim(resource: str, fence: int, granted: float, expires: float,
+          renews: bool = False) -> dict[str, Any]:
+    return {"ev": "claim", "wall": granted, "resource": resource, "fence": fence,
+            "granted": granted, "expires": expires, "renews": renews, "owner": "w"}
+
+
+def attempt(key: str, resource: str, fence: int, t0: float, t1: float, status: int,
+            code: str = "ok", kind: str = "http") -> dict[str, Any]:
+    return {"ev": "attempt", "wall": t1, "key": key, "kind": kind, "resource": resource,
+            "fence": fence, "t0": t0, "t1": t1, "status": status, "code": code}
+
+
+def delivery(key: str, resource: str, fence: int, wall: float, accepted: bool = True,
+             kind: str = "http") -> dict[str, Any]:
+    return {"ev": "delivery", "wall": wall, "kind": kind,
+            "key": provider_key(CLIENT, kind, key), "resource": resource, "fence": fence,
+            "accepted": accepted}
+
+
+def clean() -> list[dict[str, Any]]:
+    return [claim("run:1", 10, 0.0, 1.0), attempt("k", "run:1", 10, 0.1, 0.2, 200),
+            delivery("k", "run:1", 10, 0.15), claim("run:1", 11, 2.0, 3.0),
+            attempt("k", "run:1", 11, 2.1, 2.2, 200, "replayed")]
+
+
+def test_a_clean_history_passes() -> None:
+    r = check(clean(), client=CLIENT, final_jobs={"completed": 3}, expected_jobs=3)
+    assert r.ok, r.violations
+    assert r.figures["deliveries"] == 1 and r.figures["duplicates"] == 0
+
+
+def test_a_second_delivery_of_a_key_is_caught() -> None:
+    events = [*clean(), delivery("k", "run:1", 11, 2.15)]
+    assert any("delivered 2 times" in v for v in check(events, client=CLIENT).violations)
+
+
+def test_a_resend_the_provider_deduped_is_not_a_duplicate() -> None:
+    events = [*clean(), delivery("k", "run:1", 10, 0.5, accepted=False)]
+    assert check(events, client=CLIENT).ok
+
+
+def test_a_delivery_after_the_next_fence_was_granted_is_caught() -> None:
+    events = [claim("run:1", 10, 0.0, 1.0), claim("run:1", 11, 1.5, 3.0),
+              delivery("late", "run:1", 10, 1.6)]
+    assert any("drain barrier" in v for v in check(events, client=CLIENT).violations)
+
+
+def test_a_fence_never_granted_is_caught() -> None:
+    events = [claim("run:1", 10, 0.0, 1.0), delivery("x", "run:1", 99, 0.5)]
+    assert any("never granted" in v for v in check(events, client=CLIENT).violations)
+
+
+def test_an_expired_lease_let_through_is_caught() -> None:
+    events = [claim("run:1", 10, 0.0, 1.0), attempt("z", "run:1", 10, 1.2, 1.3, 200)]
+    assert any("after its lease expired" in v
+               for v in check(events, client=CLIENT).violations)
+    renewed = [claim("run:1", 10, 0.0, 1.0, renews=True),
+               attempt("z", "run:1", 10, 1.2, 1.3, 200)]
+    assert check(renewed, client=CLIENT).ok
+
+
+def test_answers_other_than_503_during_an_outage_are_caught() -> None:
+    outage = {"ev": "fault", "wall": 5.0, "kind": "restart_postgres", "start": 5.0,
+              "end": 7.0, "db_outage": True}
+    events = [claim("run:1", 10, 0.0, 100.0, renews=True), outage,
+              attempt("a", "run:1", 10, 5.5, 5.6, 503, "unavailable"),
+              attempt("b", "run:1", 10, 5.5, 5.6, 200), delivery("b", "run:1", 10, 5.55)]
+    violations = check(events, client=CLIENT).violations
+    assert any("answered 200" in v for v in violations)
+    assert any("every attempt fell in a database outage" in v for v in violations)
+    assert len(violations) == 2
+
+
+def test_lost_jobs_are_caught() -> None:
+    r = check([], client=CLIENT, final_jobs={"completed": 8, "claimed": 1, "queued": 1},
+              expected_jobs=10)
+    assert any("2 jobs neither completed nor dead" in v for v in r.violations)
+    r = check([], client=CLIENT, final_jobs={"completed": 9}, expected_jobs=10)
+    assert any("10 jobs enqueued, 9 found" in v for v in r.violations)
+
+
+def test_a_fence_issued_twice_is_caught() -> None:
+    events = [claim("run:1", 10, 0.0, 1.0), claim("run:1", 10, 2.0, 3.0)]
+    assert any("issued twice" in v for v in check(events, client=CLIENT).violations)
