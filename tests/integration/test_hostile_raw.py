@@ -1,0 +1,69 @@
+"""Hostile input, by hand, on the raw socket: what a well-behaved HTTP client
+would never send."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.integration.conftest import API_KEY, Gw
+
+
+async def raw(gw: Gw, request: bytes) -> tuple[int, bytes]:
+    host, port = gw.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(65536), 10)
+    writer.close()
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
+    return status, data
+
+
+def request(headers: list[tuple[bytes, bytes]], body: bytes = b"{}",
+            path: bytes = b"/v1/email") -> bytes:
+    lines = [b"POST " + path + b" HTTP/1.1", b"Host: x", b"Connection: close",
+             b"Content-Type: application/json",
+             b"Content-Length: " + str(len(body)).encode()]
+    lines += [k + b": " + v for k, v in headers]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize("name", [b"Fence-Resource", b"Fence-Token", b"Idempotency-Key",
+                                  b"Authorization"])
+@pytest.mark.parametrize("bad", [b"a\rb", b"a\nInjected: 1", b"a\x00b"])
+async def test_cr_lf_or_nul_in_any_header_is_refused(gw: Gw, name: bytes, bad: bytes) -> None:
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    headers = {b"Authorization": b"Bearer " + API_KEY.encode(),
+               b"Fence-Resource": b"run:1", b"Fence-Token": str(lease.fence).encode(),
+               b"Idempotency-Key": b"raw-1"}
+    headers[name] = headers[name][:4] + bad
+    body = (b'{"from": "a@example.com", "to": ["b@example.com"], "subject": "s", '
+            b'"text": "t"}')
+    status, _ = await raw(gw, request(list(headers.items()), body))
+    assert 400 <= status < 500 or status == 0  # refused by the parser or by the gateway
+    assert gw.smtp.deliveries == []
+
+
+async def test_an_absolute_url_in_the_request_line_reaches_no_other_host(gw: Gw) -> None:
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    headers = [(b"Authorization", b"Bearer " + API_KEY.encode()),
+               (b"Fence-Resource", b"run:1"), (b"Fence-Token", str(lease.fence).encode()),
+               (b"Idempotency-Key", b"abs-1")]
+    status, _ = await raw(gw, request(headers, path=b"http://evil.example/v1/http/crm/x"))
+    # aiohttp routes on the path; the gateway only ever calls crm's base URL
+    for d in gw.hook.deliveries:
+        assert d.path.startswith("/api/")
+    assert status != 0
+
+
+async def test_non_utf8_and_non_json_bodies_on_every_json_route(gw: Gw) -> None:
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    for path in ("/v1/leases/claim", "/v1/leases/renew", "/v1/leases/release",
+                 "/v1/effects/k/resolve"):
+        for body in (b"\xff\xfe\xfd", b"not json", b"[1, 2", b"null", b'"str"', b"1e999"):
+            status, _, doc = await gw.post(path, auth, data=body)
+            assert status == 400 and doc["code"] == "bad_request", (path, body, doc)
