@@ -92,6 +92,7 @@ class WebhookSink:
         self.status = 200
         self.delay = 0.0
         self.reply: Any = {"ok": True}
+        self.reply_headers: dict[str, str] = {}
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -102,7 +103,8 @@ class WebhookSink:
         self.deliveries.append(delivery)
         if self.delay:
             await asyncio.sleep(self.delay)
-        response = web.json_response(self.reply, status=self.status)
+        response = web.json_response(self.reply, status=self.status,
+                                     headers=self.reply_headers)
         await response.prepare(request)
         await response.write_eof()
         delivery.answered_at = time.monotonic()

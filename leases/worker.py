@@ -30,6 +30,43 @@ DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_BACKSTOP_SECONDS = 10.0
 
 
+class _Completions:
+    """Completions that happen in the same turn of the event loop go to the
+    database as one statement: a batch of claimed jobs that finish together
+    costs one round trip, not one each. Nothing waits for a timer."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self._pending: list[tuple[Job, str | None, asyncio.Future[bool]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def complete(self, job: Job, result: str | None) -> asyncio.Future[bool]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((job, result, fut))
+        return fut
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.get_running_loop().create_task(self._write(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, batch: list[tuple[Job, str | None, asyncio.Future[bool]]]) -> None:
+        try:
+            counted = await self.queue.complete_many([(j, r) for j, r, _ in batch])
+        except Exception as exc:
+            for _, _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for job, _, fut in batch:
+            if not fut.done():
+                fut.set_result(job.id in counted)
+
+
 class Worker:
     """Process ``queue`` with ``handler``; the handler's return value (if any) is
     stored as the job's ``result_ref``."""
@@ -57,6 +94,7 @@ class Worker:
         self.grace = grace
         self.backstop_interval = backstop_interval
         self.owner = owner or queue.client.owner
+        self._completions = _Completions(queue)
         self._stopping = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._slot_free = asyncio.Event()
@@ -133,7 +171,7 @@ class Worker:
                     log.info("job failed", extra={"queue": job.queue, "job": job.id,
                                                   "attempt": job.attempts, "now": state})
                 else:
-                    if not await self.queue.complete(job, result):
+                    if not await self._completions.complete(job, result):
                         log.warning("job completed by a stale holder: not counted",
                                     extra={"queue": job.queue, "job": job.id})
         except LeaseLost as lost:

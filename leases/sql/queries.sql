@@ -232,3 +232,20 @@ SELECT queue,
  WHERE $1::text IS NULL OR queue = $1
  GROUP BY 1, 2
  ORDER BY 1, 2;
+
+-- name: complete_jobs
+-- complete_job for a batch: ($1 ids, $2 fences, $3 result refs); answers the
+-- ids that counted (those whose fence was still current).
+WITH done AS (
+    UPDATE fencegate_jobs j
+       SET state = 'completed', finished_at = clock_timestamp(), result_ref = t.ref
+      FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS t(id, fence, ref)
+     WHERE j.id = t.id AND j.state = 'claimed' AND j.fence = t.fence
+    RETURNING j.id, j.queue, j.fence
+), ended AS (
+    UPDATE fencegate_leases l SET expires_at = clock_timestamp()
+      FROM done
+     WHERE l.resource = 'job:' || done.queue || ':' || done.id
+       AND l.fence = done.fence AND l.expires_at > clock_timestamp()
+)
+SELECT id FROM done;

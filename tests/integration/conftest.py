@@ -3,6 +3,8 @@ fresh database per test."""
 
 from __future__ import annotations
 
+import base64
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,9 @@ from gateway.sinks import SmtpSink, WebhookSink
 from leases import Lease, LeaseClient
 
 API_KEY = "test-key-agents"
+SIGNING_SECRET = "whsec_" + base64.b64encode(b"test-signing-secret-32-bytes-ok!").decode()
+os.environ.setdefault("FENCEGATE_TEST_SIGNING_SECRET", SIGNING_SECRET)
+os.environ.setdefault("FENCEGATE_TEST_CRM_TOKEN", "Bearer crm-secret-token")
 OTHER_KEY = "test-key-other"
 PROVIDER_TIMEOUT = 1.0
 Answer = tuple[int, dict[str, str], Any]  # status, headers, JSON (or raw) body
@@ -56,6 +61,10 @@ def gateway_config(smtp_port: int, http_port: int, **server: Any) -> gconfig.Con
             "hook": {"kind": "http", "base_url": f"http://127.0.0.1:{http_port}/hook",
                      "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
                      "idempotency_header": ""},
+            "signed": {"kind": "http", "base_url": f"http://127.0.0.1:{http_port}/signed",
+                       "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
+                       "signing_secret_env": "FENCEGATE_TEST_SIGNING_SECRET",
+                       "authorization_env": "FENCEGATE_TEST_CRM_TOKEN"},
             "slowlane": {"kind": "http", "base_url": f"http://127.0.0.1:{http_port}/slow",
                          "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 2,
                          "idempotency_header": ""},

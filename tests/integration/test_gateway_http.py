@@ -169,3 +169,44 @@ def test_webhook_signatures_follow_standard_webhooks() -> None:
     expected = base64.b64encode(hmac.new(b"0123456789abcdef", b'msg_1.1700000000.{"a":1}',
                                          hashlib.sha256).digest()).decode()
     assert sig == "v1," + expected
+
+
+async def test_signed_providers_get_standard_webhooks_headers_and_their_own_credentials(
+    gw: Gw,
+) -> None:
+    from gateway.providers.http import webhook_signature
+    from tests.integration.conftest import SIGNING_SECRET
+
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    status, _, _ = await gw.request("POST", "/v1/http/signed/evt", gw.headers(lease, "sig-1"),
+                                    json={"a": 1})
+    assert status == 200
+    [d] = gw.hook.deliveries
+    msg_id, ts = d.header("webhook-id"), d.header("webhook-timestamp")
+    assert msg_id == idempotency.derived_key("agents", "sig-1")
+    assert ts is not None and abs(int(ts) - __import__("time").time()) < 60
+    assert d.header("webhook-signature") == webhook_signature(SIGNING_SECRET, msg_id, int(ts),
+                                                              d.body)
+    assert d.header("Authorization") == "Bearer crm-secret-token"
+
+
+async def test_redirects_come_back_and_are_never_followed(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    gw.hook.status = 302
+    gw.hook.reply_headers = {"Location": "http://evil.example/steal"}
+    async with gw.http.post(f"{gw.url}/v1/http/crm/x", headers=gw.headers(lease, "r-1"),
+                            json={}, allow_redirects=False) as r:
+        assert r.status == 302 and r.headers["Location"] == "http://evil.example/steal"
+    assert len(gw.hook.deliveries) == 1
+
+
+async def test_an_oversize_provider_answer_is_cut_and_flagged(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    gw.hook.reply = {"blob": "x" * 100_000}
+    status, headers, body = await gw.request("GET", "/v1/http/crm/big",
+                                             gw.headers(lease, "big-1"))
+    assert status == 200 and headers["Fencegate-Truncated"] == "true"
+    assert len(body) == 64 * 1024

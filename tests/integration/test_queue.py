@@ -215,3 +215,21 @@ async def test_claim_arguments_are_checked(pool: asyncpg.Pool, bad: dict[str, fl
 
     with pytest.raises(InvalidArgument):
         await queue(pool).claim(**bad)  # type: ignore[arg-type]
+
+
+async def test_batch_completion_counts_only_current_fences(pool: asyncpg.Pool) -> None:
+    q1, q2 = queue(pool, owner="w1"), queue(pool, owner="w2")
+    await q1.enqueue_many([NewJob({"n": i}) for i in range(3)])
+    jobs = await q1.claim(limit=3, ttl=0.2)
+    await asyncio.sleep(0.3)
+    assert await q1.recover() == 3
+    [retaken] = await q2.claim(limit=1, ttl=30)
+    stale = next(j for j in jobs if j.id == retaken.id)
+    fresh = [j for j in jobs if j.id != retaken.id]
+    # the other two were recovered too: claim them again, complete all in one batch
+    again = await q1.claim(limit=2, ttl=30)
+    counted = await q1.complete_many([(stale, "x"), *((j, "ok") for j in again)])
+    assert counted == {j.id for j in again} and stale.id not in counted
+    assert {j.id for j in again} == {j.id for j in fresh}
+    stats = await q1.stats()
+    assert stats == {"claimed": 1, "completed": 2}
