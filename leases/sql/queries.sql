@@ -143,8 +143,8 @@ WITH picked AS (
     UPDATE fencegate_jobs j
        SET state = 'claimed', attempts = j.attempts + 1, fence = leased.fence,
            claimed_by = $2, claimed_at = clock_timestamp()
-      FROM leased
-     WHERE leased.resource = 'job:' || $1 || ':' || j.id
+      FROM picked JOIN leased ON leased.resource = 'job:' || $1 || ':' || picked.id
+     WHERE j.id = picked.id  -- by primary key: joining on the resource text scanned the table
     RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
               j.ordering_key, j.priority, j.run_at, leased.expires_at
 )
