@@ -66,6 +66,8 @@ class ProviderConfig:
     username: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
     pool_size: int = DEFAULT_SMTP_POOL_SIZE
+    #: PEM bundle to verify the SMTP server's certificate (default: the system's)
+    ca_file: str | None = None
     # http
     base_url: str = ""
     signing_secret: str | None = field(default=None, repr=False)
@@ -181,7 +183,7 @@ def _client(source: str, index: int, raw: Any) -> ClientConfig:
 
 _COMMON = {"kind", "timeout_seconds", "rate_limit_per_second", "idempotency_header",
            "idempotency_window_seconds"}
-_SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size"}
+_SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size", "ca_file"}
 _HTTP = {"base_url", "signing_secret_env", "authorization_env"}
 
 
@@ -219,6 +221,7 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
             username=r.secret("username_env"),
             password=r.secret("password_env"),
             pool_size=int(r.number("pool_size", DEFAULT_SMTP_POOL_SIZE, 1, 256)),
+            ca_file=_existing_file(r, "ca_file"),
         )
     base_url = r.get("base_url", str, required=True)
     parts = urlsplit(base_url)
@@ -229,6 +232,13 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
     return ProviderConfig(**common, base_url=base_url.rstrip("/"),
                           signing_secret=r.secret("signing_secret_env"),
                           authorization=r.secret("authorization_env"))
+
+
+def _existing_file(r: _Reader, key: str) -> str | None:
+    path = r.get(key, str)
+    if path is not None and not Path(path).is_file():
+        raise r.error(key, f"{path} is not a readable file")
+    return str(path) if path is not None else None
 
 
 def parse(data: dict[str, Any], source: str = "<memory>") -> Config:

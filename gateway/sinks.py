@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from aiosmtpd.smtp import SMTP, Envelope, Session
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 
 @dataclass
@@ -39,9 +40,15 @@ class Delivery:
 
 
 class SmtpSink:
-    """An aiosmtpd server on this event loop that keeps every accepted message."""
+    """An aiosmtpd server on this event loop that keeps every accepted message.
 
-    def __init__(self) -> None:
+    ``starttls`` (an SSL context) offers and requires STARTTLS; ``implicit_tls``
+    speaks TLS from the first byte; ``credentials`` requires AUTH with them."""
+
+    def __init__(self, *, starttls: ssl.SSLContext | None = None,
+                 implicit_tls: ssl.SSLContext | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
+        self.starttls, self.implicit_tls, self.credentials = starttls, implicit_tls, credentials
         self.deliveries: list[Delivery] = []
         #: answer to DATA instead of accepting, e.g. "550 no such user"
         self.data_reply: str | None = None
@@ -51,6 +58,14 @@ class SmtpSink:
         self.data_delay = 0.0
         self._server: asyncio.Server | None = None
         self.port = 0
+
+    def _authenticate(self, server: SMTP, session: Session, envelope: Envelope,
+                      mechanism: str, auth_data: Any) -> AuthResult:
+        assert self.credentials is not None
+        login, password = self.credentials
+        ok = isinstance(auth_data, LoginPassword) and \
+            auth_data.login == login.encode() and auth_data.password == password.encode()
+        return AuthResult(success=ok, handled=False)
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
                           address: str, rcpt_options: list[str]) -> str:
@@ -73,8 +88,14 @@ class SmtpSink:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> SmtpSink:
         loop = asyncio.get_running_loop()
+        kwargs: dict[str, Any] = {}
+        if self.starttls is not None:
+            kwargs.update(tls_context=self.starttls, require_starttls=True)
+        if self.credentials is not None:
+            kwargs.update(authenticator=self._authenticate, auth_required=True)
         self._server = await loop.create_server(
-            lambda: SMTP(self, hostname="fencegate-sink", loop=loop), host, port)
+            lambda: SMTP(self, hostname="fencegate-sink", loop=loop, **kwargs), host, port,
+            ssl=self.implicit_tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

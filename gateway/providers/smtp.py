@@ -98,7 +98,7 @@ class SmtpProvider:
         conn = aiosmtplib.SMTP(
             hostname=c.host, port=c.port, timeout=c.timeout_seconds,
             use_tls=c.tls == "tls", start_tls=True if c.tls == "starttls" else False,
-            username=c.username, password=c.password,
+            username=c.username, password=c.password, cert_bundle=c.ca_file,
         )
         await conn.connect()
         return conn
@@ -130,7 +130,12 @@ class SmtpProvider:
             try:
                 conn = self._idle.pop() if pooled else await self._connect()
             except aiosmtplib.SMTPResponseException as e:
-                return _refusal(e, "connect")
+                # greeting, STARTTLS or AUTH refused: nothing was sent, and the
+                # key must stay usable once the operator fixes the settings
+                return problem_outcome("retryable", "provider_error",
+                                       f"the SMTP server refused the connection: {e.code}; "
+                                       "nothing was sent", f"smtp {e.code} at connect",
+                                       provider_status=e.code)
             except (*_DISCONNECTS, aiosmtplib.SMTPException) as e:
                 return problem_outcome("retryable", "provider_error",
                                 f"cannot connect to the SMTP server: {type(e).__name__}",
