@@ -54,38 +54,32 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _effects(args: argparse.Namespace) -> int:
-    async def main() -> int:
-        pool = await leases_cli.connect_migrated()
+    async def run(pool: asyncpg.Pool) -> int:
         ledger = Ledger(pool, 10.0)
-        try:
-            if args.verb == "show":
-                effect = await ledger.show(args.client, args.key)
-                if effect is None:
-                    print(f"no effect {args.key!r} for client {args.client!r}", file=sys.stderr)
-                    return 1
-                leases_cli.emit(args, effect, "\n".join(f"{k:>18}: {v}"
-                                                        for k, v in effect.items()))
-            elif args.verb == "list":
-                rows = await ledger.list(args.client, args.state, args.limit)
-                text = "\n".join(
+        if args.verb == "show":
+            effect = await ledger.show(args.client, args.key)
+            if effect is None:
+                print(f"no effect {args.key!r} for client {args.client!r}", file=sys.stderr)
+                return 1
+            leases_cli.emit(args, effect, "\n".join(f"{k:>18}: {v}" for k, v in effect.items()))
+            return 0
+        if args.verb == "list":
+            rows = await ledger.list(args.client, args.state, args.limit)
+            if args.json:
+                print(json.dumps(rows, default=str))
+            else:
+                print("\n".join(
                     f"{r['state']:<10} {r['client']:<12} {r['idempotency_key']:<32} "
                     f"{r['resource']} fence {r['fence']} via {r['provider']}"
-                    for r in rows) or "no effects"
-                if args.json:
-                    print(json.dumps(rows, default=str))
-                else:
-                    print(text)
-            else:
-                ok = await ledger.resolve(args.client, args.key, args.outcome)
-                leases_cli.emit(args, {"idempotency_key": args.key, "resolved": ok},
-                                f"{args.key}: resolved as {args.outcome}" if ok else
-                                f"{args.key}: not awaiting resolution (not unknown)")
-                return 0 if ok else 1
+                    for r in rows) or "no effects")
             return 0
-        finally:
-            await pool.close()
+        ok = await ledger.resolve(args.client, args.key, args.outcome)
+        leases_cli.emit(args, {"idempotency_key": args.key, "resolved": ok},
+                        f"{args.key}: resolved as {args.outcome}" if ok else
+                        f"{args.key}: not awaiting resolution (not unknown)")
+        return 0 if ok else 1
 
-    return asyncio.run(main())
+    return leases_cli.run_with_pool(run)
 
 
 def parser() -> argparse.ArgumentParser:

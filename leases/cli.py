@@ -40,19 +40,30 @@ async def connect_migrated() -> asyncpg.Pool:
     return await database.create_pool(dsn, min_size=1, max_size=2)
 
 
-def run_with_client(handler: Handler, args: argparse.Namespace) -> int:
-    async def main() -> int:
-        pool = await connect_migrated()
-        try:
-            return await handler(args, LeaseClient(pool=pool, owner=args.owner))
-        finally:
-            await pool.close()
-
+def run_cli(main: Callable[[], Awaitable[int]]) -> int:
+    """Run one command; a LeasesError becomes a clear message and exit status 2,
+    never a traceback."""
     try:
-        return asyncio.run(main())
+        return asyncio.run(main())  # type: ignore[arg-type]
     except LeasesError as exc:
         print(f"fencegate: {exc}", file=sys.stderr)
         return 2
+
+
+def run_with_pool(fn: Callable[[asyncpg.Pool], Awaitable[int]]) -> int:
+    """Run one command on a pool to the migrated database."""
+    async def main() -> int:
+        pool = await connect_migrated()
+        try:
+            return await fn(pool)
+        finally:
+            await pool.close()
+
+    return run_cli(main)
+
+
+def run_with_client(handler: Handler, args: argparse.Namespace) -> int:
+    return run_with_pool(lambda pool: handler(args, LeaseClient(pool=pool, owner=args.owner)))
 
 
 def _lease_text(verb: str, data: dict[str, Any]) -> str:
@@ -108,16 +119,12 @@ async def _show(args: argparse.Namespace, client: LeaseClient) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     async def main() -> int:
         applied = await migrate.migrate_dsn(database.database_url())
-        emit(args, {"applied": applied, "version": migrate.latest_version()},
-             f"applied {applied}" if applied
-             else f"already at schema version {migrate.latest_version()}")
+        version = migrate.latest_version()
+        emit(args, {"applied": applied, "version": version},
+             f"applied {applied}" if applied else f"already at schema version {version}")
         return 0
 
-    try:
-        return asyncio.run(main())
-    except LeasesError as exc:
-        print(f"fencegate: {exc}", file=sys.stderr)
-        return 2
+    return run_cli(main)
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

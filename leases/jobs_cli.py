@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
 import sys
@@ -12,9 +11,8 @@ from typing import Any
 import asyncpg
 
 from . import sql
-from .cli import connect_migrated, emit
+from .cli import emit, run_with_pool
 from .client import LeaseClient
-from .errors import LeasesError
 from .queue import Queue, job_view
 
 _COLUMNS = ("id", "state", "attempts", "max_attempts", "priority", "run_at", "ordering_key",
@@ -89,18 +87,7 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    async def main() -> int:
-        pool = await connect_migrated()
-        try:
-            return await _run(args, pool)
-        finally:
-            await pool.close()
-
-    try:
-        return asyncio.run(main())
-    except LeasesError as exc:
-        print(f"fencegate: {exc}", file=sys.stderr)
-        return 2
+    return run_with_pool(lambda pool: _run(args, pool))
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

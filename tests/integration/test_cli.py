@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -189,3 +190,54 @@ def test_jobs_commands(dsn: str) -> None:
     assert "queued" in run(dsn, "jobs", "list", "mail").stdout
     bad = run(dsn, "jobs", "enqueue", "mail", "--payload", "{not json")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    await conn.execute("""
+        INSERT INTO fencegate_leases (resource, owner, fence, claimed_at, expires_at)
+        VALUES ('run:1', 'w', 1, clock_timestamp(), clock_timestamp() + interval '1 hour')""")
+    verdict = await conn.fetchval(
+        "SELECT verdict FROM fencegate_admit_effect('agents', 'welcome-1', '\\x00'::bytea, "
+        "'run:1', 1, 'mail', 0.01, 0)")
+    await conn.close()
+    assert verdict == "admitted"
+    await asyncio.sleep(0.05)  # past its deadline: the gateway that sent it is gone
+    shown = json.loads((await asyncio.to_thread(
+        run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
+    assert shown["state"] == "unknown" and shown["fence"] == 1
+    listed = (await asyncio.to_thread(run, dsn, "effects", "list", "--state", "unknown")).stdout
+    assert "welcome-1" in listed
+    resolved = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
+                                       "agents", "--outcome", "sent")
+    assert resolved.returncode == 0 and "resolved as sent" in resolved.stdout
+    again = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
+                                    "agents", "--outcome", "sent")
+    assert again.returncode == 1
+    shown = json.loads((await asyncio.to_thread(
+        run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
+    assert shown["state"] == "succeeded"
+
+
+def test_the_dev_guide_works_as_printed(dsn: str, tmp_path: Path) -> None:
+    """`make run` prints a curl sequence; run it as a user would, in bash."""
+    env = {**os.environ, database.DATABASE_URL_ENV: dsn, database.HOME_ENV: str(tmp_path)}
+    with (tmp_path / "dev.out").open("w") as out:
+        proc = subprocess.Popen([*FENCEGATE, "dev", "--port", "0"], env=env, stdout=out,
+                                stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            text = (tmp_path / "dev.out").read_text()
+            if "Ctrl-C stops everything." in text:
+                break
+            time.sleep(0.05)
+        guide = text[text.index("  export FG="):text.index("Ctrl-C stops everything.")]
+        ran = subprocess.run(["bash", "-euc", guide], capture_output=True, text=True,
+                             timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        assert '"status": "sent"' in ran.stdout
+        assert "Idempotent-Replayed: true" in ran.stdout
+        assert '"code": "stale_fence"' in ran.stdout
+    finally:
+        proc.terminate()
+        proc.wait(20)

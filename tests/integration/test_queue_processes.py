@@ -118,3 +118,46 @@ async def test_a_killed_worker_s_job_is_claimed_again_with_a_higher_fence(
         "SELECT verdict FROM fencegate_admit_effect('c', 'k', '\\x00'::bytea, $1, $2, 'p', 5, 0)",
         f"job:crashy:{job_id}", started["fence"])
     assert verdict == "stale_fence"
+
+
+def _serve_until_sigterm(dsn: str) -> None:
+    async def main() -> None:
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
+        q = Queue(LeaseClient(pool=pool, owner="graceful"), "graceful")
+
+        async def handler(job: Job) -> None:
+            await pool.execute("INSERT INTO test_started (job_id, fence) VALUES ($1, $2)",
+                               job.id, job.fence)
+            await asyncio.sleep(1.0)  # still working when SIGTERM arrives
+
+        await Worker(q, handler, concurrency=2, ttl=30, poll_min=0.01, grace=10).run(
+            handle_signals=True)
+        await pool.close()
+
+    asyncio.run(main())
+
+
+async def test_sigterm_stops_claiming_and_lets_in_flight_jobs_finish(
+    dsn: str, pool: asyncpg.Pool
+) -> None:
+    await pool.execute("CREATE TABLE test_started (job_id bigint, fence bigint)")
+    q = Queue(LeaseClient(pool=pool), "graceful")
+    await q.enqueue_many([NewJob({"n": i}) for i in range(6)])
+    proc = multiprocessing.get_context("spawn").Process(target=_serve_until_sigterm,
+                                                        args=(dsn,))
+    proc.start()
+    try:
+        for _ in range(300):
+            if await pool.fetchval("SELECT count(*) FROM test_started") == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGTERM)
+        await asyncio.to_thread(proc.join, 20)
+        assert proc.exitcode == 0
+    finally:
+        if proc.is_alive():
+            proc.kill()
+    stats = await q.stats()
+    # the two in flight finished; nothing more was claimed after SIGTERM
+    assert stats == {"completed": 2, "queued": 4}
