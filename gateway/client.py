@@ -118,7 +118,7 @@ class GatewayClient:
     async def _send(self, lease: FencedLease, key: str, method: str, path: str,
                     **kwargs: Any) -> Result:
         lease.check()  # a lost lease attempts nothing
-        headers = {**kwargs.pop("headers", None or {}), **self._auth,
+        headers = {**kwargs.pop("headers", {}), **self._auth,
                    "Fence-Resource": lease.resource, "Fence-Token": str(lease.fence),
                    "Idempotency-Key": key}
         async with self._sess().request(method, self.base_url + path, headers=headers,

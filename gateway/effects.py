@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from . import idempotency
-from .ledger import DEADLINE_SLACK_SECONDS, Admission, StoredAnswer
+from .ledger import DEADLINE_SLACK_SECONDS, Admission, FinalState, StoredAnswer
 from .metrics import EFFECTS, FENCE_REJECTIONS, PROVIDER_DURATION
 from .problems import Problem
 from .providers import Outcome, Provider, ProviderCall
@@ -33,7 +33,7 @@ FENCE_VERDICTS = {
 }
 
 #: provider outcome → (ledger state, effects_total outcome)
-_RECORDED = {
+_RECORDED: dict[str, tuple[FinalState, str]] = {
     "succeeded": ("succeeded", "succeeded"),
     "failed": ("failed", "failed"),
     "retryable": ("free", "provider_error"),
@@ -140,8 +140,8 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     state, label = _RECORDED[outcome.kind]
     stored = StoredAnswer(outcome.status, outcome.headers, outcome.body) \
         if outcome.kind in ("succeeded", "failed") else None
-    await gw.ledger.finish(admission.effect_id, f.resource, f.fence, state,  # type: ignore[arg-type]
-                           stored, outcome.summary)
+    await gw.ledger.finish(admission.effect_id, f.resource, f.fence, state, stored,
+                           outcome.summary)
     EFFECTS.labels(provider=cfg.name, outcome=label).inc()
     _log(effect, label, started, summary=outcome.summary)
     return _answer(outcome.status, outcome.headers, outcome.body)
