@@ -65,6 +65,7 @@ async def test_concurrent_duplicates_send_exactly_once(gw: Gw) -> None:
     lease = await gw.leases.claim("run:1", ttl=30)
     assert lease is not None
     gw.smtp.data_delay = 0.3
+    before = await gw.metric("fencegate_effects_total", provider="mail", outcome="in_progress")
     results = await asyncio.gather(*(gw.email(lease, "k-dup") for _ in range(10)))
     statuses = sorted(r[0] for r in results)
     assert statuses.count(200) == 1 and statuses.count(409) == 9
@@ -73,6 +74,8 @@ async def test_concurrent_duplicates_send_exactly_once(gw: Gw) -> None:
             assert body["code"] == "effect_in_progress"
             assert int(headers["Retry-After"]) >= 1
     assert len(gw.smtp.deliveries) == 1
+    assert await gw.metric("fencegate_effects_total", provider="mail",
+                           outcome="in_progress") == before + 9
 
 
 async def test_the_zombie_is_refused_and_the_sink_holds_one_message(gw: Gw) -> None:
@@ -97,6 +100,9 @@ async def test_the_zombie_is_refused_and_the_sink_holds_one_message(gw: Gw) -> N
 
 
 async def test_the_four_fence_verdicts_are_told_apart(gw: Gw) -> None:
+    reasons = ("no_lease", "invalid_fence", "lease_expired", "stale_fence")
+    before = {r: await gw.metric("fencegate_fence_rejections_total", provider="mail",
+                                 reason=r) for r in reasons}
     lease = await gw.leases.claim("run:1", ttl=30)
     assert lease is not None
     status, _, body = await gw.email(None, "k-none", resource="run:never", fence=5)
@@ -111,6 +117,9 @@ async def test_the_four_fence_verdicts_are_told_apart(gw: Gw) -> None:
     status, _, body = await gw.email(lease, "k-stale")
     assert (status, body["code"]) == (412, "stale_fence")
     assert gw.smtp.deliveries == []
+    for r in reasons:
+        assert await gw.metric("fencegate_fence_rejections_total", provider="mail",
+                               reason=r) == before[r] + 1, r
 
 
 async def test_smtp_permanent_refusal_is_final_and_replayed(gw: Gw) -> None:

@@ -138,6 +138,8 @@ async def test_a_timeout_without_provider_dedupe_is_never_resent(gw: Gw) -> None
 async def test_the_rate_limit_answers_429_and_frees_the_key(gw: Gw) -> None:
     lease = await gw.leases.claim("lead:7", ttl=30)
     assert lease is not None
+    before = await gw.metric("fencegate_effects_total", provider="slowlane",
+                             outcome="rate_limited")
     results = [await gw.request("POST", "/v1/http/slowlane/x", gw.headers(lease, f"r{i}"),
                                 json={}) for i in range(4)]
     limited = [r for r in results if r[0] == 429]
@@ -145,6 +147,8 @@ async def test_the_rate_limit_answers_429_and_frees_the_key(gw: Gw) -> None:
                            for r in limited)
     sent = len(gw.hook.deliveries)
     assert sent == 4 - len(limited)
+    assert await gw.metric("fencegate_effects_total", provider="slowlane",
+                           outcome="rate_limited") == before + len(limited)
     await asyncio.sleep(1.1)
     key = next(f"r{i}" for i, r in enumerate(results) if r[0] == 429)
     status, _, _ = await gw.request("POST", "/v1/http/slowlane/x", gw.headers(lease, key),

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from leases import LeaseClient, LeaseLost
 from tests.support.faultproxy import FaultProxy
@@ -45,8 +46,10 @@ async def test_a_takeover_cancels_the_guarded_block_within_one_renewal(
     await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp()")
     assert await b.claim("run:1", ttl=30) is not None
     taken_at = time.monotonic()
+    lost_before = renewals("lost")
     cancelled_at = await block
     assert log[-1] == "lost:taken"
+    assert renewals("lost") == lost_before + 1
     assert cancelled_at - taken_at <= lease.policy.interval + SLACK
 
 
@@ -124,8 +127,14 @@ async def test_a_clean_exit_releases_the_lease(pool: asyncpg.Pool) -> None:
     assert await b.claim("run:1", ttl=30) is not None
 
 
+def renewals(result: str) -> float:
+    return REGISTRY.get_sample_value("fencegate_lease_renewals_total",
+                                     {"result": result}) or 0.0
+
+
 async def test_renewal_keeps_a_long_block_alive(pool: asyncpg.Pool) -> None:
     a, b = LeaseClient(pool=pool, owner="a"), LeaseClient(pool=pool, owner="b")
+    ok_before = renewals("ok")
     lease = await a.claim("run:1", ttl=0.6)
     assert lease is not None
     async with lease:
@@ -133,3 +142,4 @@ async def test_renewal_keeps_a_long_block_alive(pool: asyncpg.Pool) -> None:
             await asyncio.sleep(0.6)
             assert await b.claim("run:1", ttl=30) is None
         lease.check()
+    assert renewals("ok") >= ok_before + 6  # every ttl/3
