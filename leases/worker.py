@@ -14,6 +14,8 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
+import asyncpg
+
 from .client import UNREACHABLE_ERRORS
 from .errors import LeaseLost
 from .queue import Job, Queue
@@ -96,6 +98,7 @@ class Worker:
         self.owner = owner or queue.client.owner
         self._completions = _Completions(queue)
         self._stopping = asyncio.Event()
+        self._jobs_arrived = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._slot_free = asyncio.Event()
         #: set after every backstop pass (a test hook)
@@ -113,9 +116,13 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         backstop = loop.create_task(self._backstop())
+        stop_listening = await self._listen()
         try:
             await self._claim_loop()
         finally:
+            if stop_listening is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(stop_listening(), 5)
             backstop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await backstop
@@ -145,17 +152,49 @@ class Worker:
             if jobs:
                 idle = self.poll_min
             else:
-                await self._wait(asyncio.sleep(idle), idle)
-                idle = min(self.poll_max, idle * 2)
+                self._jobs_arrived.clear()
+                await self._wait(self._jobs_arrived.wait(), idle)
+                idle = self.poll_min if self._jobs_arrived.is_set() \
+                    else min(self.poll_max, idle * 2)
 
     async def _wait(self, aw: Awaitable[object], timeout: float | None) -> None:
-        """Wait for ``aw`` or for stop(), whichever comes first."""
+        """Wait for ``aw`` or for stop(), whichever comes first (or ``timeout``)."""
         waiter = asyncio.ensure_future(aw)
         stopper = asyncio.ensure_future(self._stopping.wait())
         await asyncio.wait({waiter, stopper}, timeout=timeout,
                            return_when=asyncio.FIRST_COMPLETED)
         for t in (waiter, stopper):
             t.cancel()
+
+    async def _listen(self) -> Callable[[], Awaitable[None]] | None:
+        """LISTEN for new jobs on a connection held for the purpose, to wake
+        from an idle poll at once; answers how to stop. Optional: where it
+        cannot be had (PgBouncer in transaction mode, a database down at start)
+        polling does the work alone."""
+        def arrived(conn: object, pid: int, channel: str, queue: str) -> None:
+            if queue == self.queue.name:
+                self._jobs_arrived.set()
+
+        try:
+            pool = await self.queue.client.connect()
+            conn = await asyncio.wait_for(pool.acquire(), 5)
+        except (*UNREACHABLE_ERRORS, asyncpg.PostgresError) as exc:
+            log.info("no LISTEN for new jobs; polling only", extra={
+                "queue": self.queue.name, "error": type(exc).__name__})
+            return None
+        try:
+            await conn.add_listener("fencegate_jobs", arrived)
+        except (*UNREACHABLE_ERRORS, asyncpg.PostgresError):
+            await pool.release(conn)
+            return None
+
+        async def stop() -> None:
+            try:
+                await conn.remove_listener("fencegate_jobs", arrived)
+            finally:
+                await pool.release(conn)
+
+        return stop
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)

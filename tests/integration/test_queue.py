@@ -233,3 +233,20 @@ async def test_batch_completion_counts_only_current_fences(pool: asyncpg.Pool) -
     assert {j.id for j in again} == {j.id for j in fresh}
     stats = await q1.stats()
     assert stats == {"claimed": 1, "completed": 2}
+
+
+async def test_an_idle_worker_wakes_on_notify_not_on_its_next_poll(pool: asyncpg.Pool) -> None:
+    q = queue(pool)
+    done = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        done.set()
+
+    # polling alone would not look again for 10 s
+    worker = Worker(q, handler, poll_min=10, poll_max=10, backstop_interval=60)
+    task = asyncio.create_task(worker.run())
+    await asyncio.sleep(0.3)  # its first poll found nothing; it is idle now
+    await q.enqueue({"n": 1})
+    await asyncio.wait_for(done.wait(), 3)
+    worker.stop()
+    await task
