@@ -32,7 +32,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# the full fault-injection run (about 15 minutes); writes docs/RELIABILITY.md.
+# the full fault-injection run (about 6 minutes here); writes docs/RELIABILITY.md.
 # CHAOS_ARGS="--seed N" replays a run's fault schedule.
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
