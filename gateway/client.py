@@ -34,6 +34,19 @@ class FencedLease(Protocol):
     def check(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class FenceToken:
+    """A resource and a fence held without a ``leases.Lease``: a fence obtained
+    over HTTP (``/v1/leases/claim``) or passed along by another process. The
+    gateway still refuses it the moment it is stale; nothing checks it here."""
+
+    resource: str
+    fence: int
+
+    def check(self) -> None:
+        """Nothing to check locally: the gateway is the judge."""
+
+
 class GatewayProblem(Exception):
     def __init__(self, status: int, document: dict[str, Any], headers: dict[str, str]) -> None:
         self.status = status

@@ -23,7 +23,7 @@ from leases import LeaseClient, database, migrate
 
 from .app import build_app
 from .auth import key_sha256
-from .client import FenceRejected, GatewayClient
+from .client import FenceRejected, FenceToken, GatewayClient
 from .config import Config, load
 from .sinks import SmtpSink, WebhookSink
 
@@ -218,7 +218,7 @@ async def run_demo() -> int:
             await gw.send_email(lease_b, "quote-42", **email)  # type: ignore[arg-type]
             say("worker-b", "sends the quote email (key quote-42): 200 sent")
             say("worker-a", "wakes up, still believing it owns the run, and sends")
-            zombie = _Pinned(lease_a.resource, lease_a.fence)
+            zombie = FenceToken(lease_a.resource, lease_a.fence)  # checks nothing itself
             try:
                 await gw.send_email(zombie, "quote-42-a", **email)  # type: ignore[arg-type]
                 say("gateway", "LET IT THROUGH (this is a bug)")
@@ -233,12 +233,3 @@ async def run_demo() -> int:
         print(f"\nThe SMTP sink received {len(stack.smtp.deliveries)} message(s): "
               "the lead got the quote once.\n")
         return 0 if len(stack.smtp.deliveries) == 1 else 1
-
-
-@dataclass
-class _Pinned:
-    resource: str
-    fence: int
-
-    def check(self) -> None:
-        """A zombie does not check its lease: that is the point."""

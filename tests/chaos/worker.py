@@ -19,27 +19,17 @@ import asyncio
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from gateway.client import GatewayClient, GatewayProblem
+from gateway.client import FenceToken, GatewayClient, GatewayProblem
 from leases import Job, LeaseClient, LeaseLost, Queue, RetryPolicy, Worker
 from tests.chaos.history import Recorder
 
 SOAK_QUEUE = "soak"
 SOAK_TTL = 2.0
-
-
-@dataclass
-class Pinned:
-    resource: str
-    fence: int
-
-    def check(self) -> None:
-        """A zombie does not look at its lease."""
 
 
 def email_body(key: str) -> dict[str, Any]:
@@ -89,7 +79,7 @@ async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
             else:
                 await asyncio.sleep(cmd.get("delay", 0))
                 t0 = time.time()
-                status, code = await send(gw, Pinned(cmd["resource"], cmd["fence"]),
+                status, code = await send(gw, FenceToken(cmd["resource"], cmd["fence"]),
                                           cmd["kind"], cmd["key"])
                 rec.record("attempt", owner=name, key=cmd["key"], kind=cmd["kind"],
                            resource=cmd["resource"], fence=cmd["fence"], t0=t0,

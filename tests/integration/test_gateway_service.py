@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import pytest
 
-from gateway.client import FenceRejected, GatewayClient
+from gateway.client import FenceRejected, FenceToken, GatewayClient
 from gateway.routes import ROUTES
 from leases import LeaseClient, LeaseLost
 from tests.integration.conftest import API_KEY, Gw
@@ -77,17 +76,6 @@ async def test_openapi_describes_every_routed_path(gw: Gw) -> None:
     assert "412" in email["responses"]
 
 
-@dataclass
-class Pinned:
-    """A lease as a non-Python worker holds it: a resource and a fence, no renewals."""
-
-    resource: str
-    fence: int
-
-    def check(self) -> None:
-        pass
-
-
 async def test_gateway_client_sends_under_a_lease_and_raises_typed_problems(gw: Gw) -> None:
     a = LeaseClient(pool=gw.pool, owner="a")
     b = LeaseClient(pool=gw.pool, owner="b")
@@ -106,7 +94,7 @@ async def test_gateway_client_sends_under_a_lease_and_raises_typed_problems(gw: 
         newer = await b.claim("run:c", ttl=30)
         assert newer is not None
         # a worker that kept its fence but not our lease client: only the gateway stops it
-        zombie = Pinned(lease.resource, lease.fence)
+        zombie = FenceToken(lease.resource, lease.fence)
         with pytest.raises(FenceRejected) as rejected:
             await client.request(zombie, "crm", "POST", "/notes", "c-3", json={})
         assert rejected.value.code == "stale_fence"
