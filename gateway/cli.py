@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -35,10 +36,20 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(_config_path(args), args.workers)
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM ends `fencegate dev` as Ctrl-C does, so the embedded PostgreSQL
+    is stopped on the way out rather than left running."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def _dev(args: argparse.Namespace) -> int:
     from .dev import run_dev
 
     logs.setup(logging.WARNING)
+    _interrupt_on_sigterm()
     try:
         asyncio.run(run_dev(args.port))
     except KeyboardInterrupt:
