@@ -184,8 +184,6 @@ class Lease:
         self._keeper: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[Any]] = set()
         self._failures = 0  # renewals in a row that got no answer
-        #: set after every renewal attempt (a test hook)
-        self.renewal_attempted = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"Lease({self.resource!r}, owner={self.owner!r}, fence={self.fence})"
@@ -264,7 +262,6 @@ class Lease:
             # Not wait_for: cancelling a query on a dead connection can itself
             # hang, and the loss must be declared on time regardless.
             await asyncio.wait({attempt}, timeout=self.deadline - sent_at)
-            self.renewal_attempted.set()
             if not attempt.done():
                 self._pending.add(attempt)
                 attempt.add_done_callback(self._forget)

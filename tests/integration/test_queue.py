@@ -250,3 +250,29 @@ async def test_an_idle_worker_wakes_on_notify_not_on_its_next_poll(pool: asyncpg
     await asyncio.wait_for(done.wait(), 3)
     worker.stop()
     await task
+
+
+async def test_the_backstop_recovers_what_no_claimer_polls_for(pool: asyncpg.Pool) -> None:
+    """Polling-path recovery off: only the Worker's backstop loop can bring an
+    abandoned claim back."""
+    abandoned = queue(pool, owner="dead", recovery_interval=3600)
+    await abandoned.enqueue({"n": 1})
+    [first] = await abandoned.claim(ttl=0.1)
+    q = queue(pool, owner="w1", recovery_interval=3600)
+    done: list[int] = []
+
+    async def handler(job: Job) -> None:
+        done.append(job.fence)
+
+    worker = Worker(q, handler, poll_min=0.02, poll_max=0.05, backstop_interval=0.3)
+    task = asyncio.create_task(worker.run())
+    await asyncio.sleep(0.15)  # the abandoned lease has lapsed; the worker polls idle
+    assert done == []
+    await asyncio.wait_for(worker.backstop_passed.wait(), 5)
+    for _ in range(100):
+        if done:
+            break
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await task
+    assert done and done[0] > first.fence
