@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from leases import LeaseClient, database, migrate
+from leases.metrics import AWAITING_PURGE
 
 from .auth import Authenticator
 from .config import Config
@@ -38,7 +39,6 @@ def _route_of(request: web.Request) -> Route | None:
 @web.middleware
 async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error becomes a problem document; nothing internal reaches the caller."""
-    _route_of(request)
     try:
         return await handler(request)
     except Problem as p:
@@ -52,8 +52,9 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
             raise
         response = Problem("bad_request", exc.reason or "bad request").response()
     except Exception as exc:
-        log.error("unhandled error", extra={"path": request.path, "error": type(exc).__name__},
-                  exc_info=True)
+        log.error("unhandled error: %s", exc, extra={
+            "path": request.path, "method": request.method, "error": type(exc).__name__},
+            exc_info=True)
         response = Problem("internal_error", "the gateway failed; nothing more is known to "
                            "the caller, the operator has the log").response()
     return response
@@ -108,7 +109,12 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         if migrate_on_start:
             await migrate.migrate_dsn(dsn)
-        pool = await database.create_pool(dsn, min_size=2, max_size=POOL_SIZE)
+        pool = await database.create_pool(
+            dsn, min_size=2, max_size=POOL_SIZE,
+            # no statement outlives the gateway's wait for it: an admission the
+            # gateway gave up on has ended, one way or the other, soon after
+            server_settings={"statement_timeout": str(
+                int(config.server.database_timeout_seconds * 1000))})
         gw = Gateway(config=config, pool=pool,
                      ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
@@ -133,10 +139,19 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
 
 
 async def _purge_loop(gw: Gateway) -> None:
-    """Drop finished effects past retention; in-flight and unknown ones stay."""
+    """Drop finished effects past retention, in batches until caught up;
+    in-flight and unknown ones stay. Never dies: a failed pass is logged and
+    the next one tries again."""
+    retention = gw.config.server.effect_retention_seconds
     while True:
-        await asyncio.sleep(PURGE_INTERVAL_SECONDS)
         try:
-            await gw.ledger.purge(gw.config.server.effect_retention_seconds)
+            purged = await gw.ledger.purge(retention)
+            AWAITING_PURGE.labels(table="effects").set(await gw.ledger.awaiting_purge(retention))
+            if purged:
+                log.info("purged finished effects", extra={"effects": purged})
         except Problem:
-            continue  # database down: try at the next pass
+            log.warning("purge skipped: database unreachable")
+        except Exception as exc:
+            log.error("purge failed: %s", exc, extra={"error": type(exc).__name__},
+                      exc_info=True)
+        await asyncio.sleep(PURGE_INTERVAL_SECONDS)

@@ -5,6 +5,7 @@ Every error names the file and the key that is wrong.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import tomllib
@@ -22,6 +23,7 @@ DEFAULT_RATE_LIMIT_PER_SECOND = 50.0
 DEFAULT_HTTP_IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_DATABASE_TIMEOUT_SECONDS = 5.0
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
 DEFAULT_SMTP_POOL_SIZE = 4
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -42,6 +44,8 @@ class ServerConfig:
     effect_retention_seconds: float = DEFAULT_RETENTION_SECONDS
     #: a database call slower than this fails closed (503)
     database_timeout_seconds: float = DEFAULT_DATABASE_TIMEOUT_SECONDS
+    #: a request body that takes longer than this to arrive is refused (408)
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 def _server(source: str, raw: Any) -> ServerConfig:
     r = _Reader(source, "server", raw)
     r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds",
-                     "database_timeout_seconds"})
+                     "database_timeout_seconds", "body_timeout_seconds"})
     return ServerConfig(
         host=r.get("host", str, DEFAULT_HOST),
         port=int(r.number("port", DEFAULT_PORT, 0, 65535)),
@@ -162,6 +166,9 @@ def _server(source: str, raw: Any) -> ServerConfig:
         ),
         database_timeout_seconds=r.number(
             "database_timeout_seconds", DEFAULT_DATABASE_TIMEOUT_SECONDS, 0.1, 300
+        ),
+        body_timeout_seconds=r.number(
+            "body_timeout_seconds", DEFAULT_BODY_TIMEOUT_SECONDS, 0.1, 3600
         ),
     )
 
@@ -183,7 +190,8 @@ def _client(source: str, index: int, raw: Any) -> ClientConfig:
 
 _COMMON = {"kind", "timeout_seconds", "rate_limit_per_second", "idempotency_header",
            "idempotency_window_seconds"}
-_SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size", "ca_file"}
+_SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size", "ca_file",
+         "allow_plaintext_auth"}
 _HTTP = {"base_url", "signing_secret_env", "authorization_env"}
 
 
@@ -210,28 +218,50 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
         "idempotency_window_seconds": r.number("idempotency_window_seconds", 0, 0, 366 * 86400),
     }
     if kind == "smtp":
-        tls = r.get("tls", str, "none")
-        if tls not in ("none", "starttls", "tls"):
-            raise r.error("tls", 'must be "none", "starttls" or "tls"')
-        return ProviderConfig(
-            **common,
-            host=r.get("host", str, required=True),
-            port=int(r.number("port", 465 if tls == "tls" else 25, 1, 65535)),
-            tls=tls,
-            username=r.secret("username_env"),
-            password=r.secret("password_env"),
-            pool_size=int(r.number("pool_size", DEFAULT_SMTP_POOL_SIZE, 1, 256)),
-            ca_file=_existing_file(r, "ca_file"),
-        )
+        return _smtp(r, common)
     base_url = r.get("base_url", str, required=True)
     parts = urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise r.error("base_url", "must be an absolute http:// or https:// URL")
     if parts.query or parts.fragment:
         raise r.error("base_url", "must not have a query or a fragment")
-    return ProviderConfig(**common, base_url=base_url.rstrip("/"),
-                          signing_secret=r.secret("signing_secret_env"),
+    secret = r.secret("signing_secret_env")
+    if secret is not None:
+        try:
+            signing_key(secret)
+        except ValueError:
+            raise r.error("signing_secret_env", "names a secret that is not base64 (with or "
+                          "without the whsec_ prefix), as Standard Webhooks secrets are") \
+                from None
+    return ProviderConfig(**common, base_url=base_url.rstrip("/"), signing_secret=secret,
                           authorization=r.secret("authorization_env"))
+
+
+def _smtp(r: _Reader, common: dict[str, Any]) -> ProviderConfig:
+    tls = r.get("tls", str, "none")
+    if tls not in ("none", "starttls", "tls"):
+        raise r.error("tls", 'must be "none", "starttls" or "tls"')
+    username, password = r.secret("username_env"), r.secret("password_env")
+    if tls == "none" and (username or password) and not r.get("allow_plaintext_auth", bool):
+        raise r.error("tls", '"none" would send the SMTP password in clear text: use '
+                      '"starttls" or "tls", or set allow_plaintext_auth = true (a relay on '
+                      "loopback)")
+    return ProviderConfig(
+        **common,
+        host=r.get("host", str, required=True),
+        port=int(r.number("port", 465 if tls == "tls" else 25, 1, 65535)),
+        tls=tls,
+        username=username,
+        password=password,
+        pool_size=int(r.number("pool_size", DEFAULT_SMTP_POOL_SIZE, 1, 256)),
+        ca_file=_existing_file(r, "ca_file"),
+    )
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of a Standard Webhooks secret: base64, ``whsec_`` optional
+    (what the reference library does). ValueError if it is not base64."""
+    return base64.b64decode(secret.removeprefix("whsec_"), validate=True)
 
 
 def _existing_file(r: _Reader, key: str) -> str | None:

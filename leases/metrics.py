@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 LEASE_CLAIMS = Counter(
     "fencegate_lease_claims_total", "Lease claims, by result.", ["result"]
@@ -12,4 +12,9 @@ LEASE_RENEWALS = Counter(
 )
 JOBS = Counter(
     "fencegate_jobs_total", "Work-queue events, by queue and event.", ["queue", "event"]
+)
+AWAITING_PURGE = Gauge(
+    "fencegate_rows_awaiting_purge",
+    "Rows past their retention not yet purged (effects by the gateway, jobs by workers).",
+    ["table"], multiprocess_mode="max",
 )

@@ -30,6 +30,8 @@ DEFAULT_POLL_MIN_SECONDS = 0.05
 DEFAULT_POLL_MAX_SECONDS = 2.0
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_BACKSTOP_SECONDS = 10.0
+#: finished jobs past the queue's retention are purged this often
+DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 
 
 class _Completions:
@@ -84,6 +86,7 @@ class Worker:
         poll_max: float = DEFAULT_POLL_MAX_SECONDS,
         grace: float = DEFAULT_GRACE_SECONDS,
         backstop_interval: float = DEFAULT_BACKSTOP_SECONDS,
+        purge_interval: float = DEFAULT_PURGE_INTERVAL_SECONDS,
         owner: str | None = None,
     ) -> None:
         if concurrency < 1:
@@ -95,6 +98,7 @@ class Worker:
         self.poll_min, self.poll_max = poll_min, poll_max
         self.grace = grace
         self.backstop_interval = backstop_interval
+        self.purge_interval = purge_interval
         self.owner = owner or queue.client.owner
         self._completions = _Completions(queue)
         self._stopping = asyncio.Event()
@@ -141,9 +145,12 @@ class Worker:
                 continue
             try:
                 jobs = await self.queue.claim(self.owner, limit=free, ttl=self.ttl)
-            except UNREACHABLE_ERRORS as exc:
-                log.warning("claim failed", extra={"queue": self.queue.name,
-                                                   "error": type(exc).__name__})
+            except Exception as exc:
+                # unreachable, read-only after a failover, a statement timeout,
+                # a deadlock: none of it ends the worker; it backs off and retries
+                log.warning("claim failed: %s", exc, extra={
+                    "queue": self.queue.name, "error": type(exc).__name__},
+                    exc_info=not isinstance(exc, UNREACHABLE_ERRORS))
                 jobs = []
             for job in jobs:
                 task = asyncio.get_running_loop().create_task(self._process(job))
@@ -223,13 +230,24 @@ class Worker:
                 "queue": job.queue, "job": job.id, "error": type(exc).__name__})
 
     async def _backstop(self) -> None:
-        """Recover expired claims even when this worker is too busy to poll."""
+        """Recover expired claims even when this worker is too busy to poll,
+        and purge finished jobs past retention. Never dies."""
+        loop = asyncio.get_running_loop()
+        next_purge = loop.time()
         while True:
             await asyncio.sleep(self.backstop_interval)
             try:
                 await self.queue.recover()
             except Exception as exc:
-                log.warning("backstop recovery failed", extra={"error": type(exc).__name__})
+                log.warning("backstop recovery failed: %s", exc, extra={
+                    "queue": self.queue.name, "error": type(exc).__name__})
+            if loop.time() >= next_purge:
+                next_purge = loop.time() + self.purge_interval
+                try:
+                    await self.queue.purge()
+                except Exception as exc:
+                    log.warning("purge failed: %s", exc, extra={
+                        "queue": self.queue.name, "error": type(exc).__name__})
             self.backstop_passed.set()
 
     async def _shutdown(self) -> None:

@@ -112,6 +112,12 @@ class Gw:
         body.update(over.pop("body", {}))
         return await self.post("/v1/email", self.headers(lease, key, **over), json=body)
 
+    async def past_deadline(self, key: str) -> None:
+        """Move an effect's last deadline an hour back, as if that time had
+        passed: what an operator waits for before resolving it."""
+        await self.pool.execute("UPDATE fencegate_effects SET deadline = deadline - "
+                                "interval '1 hour' WHERE idempotency_key = $1", key)
+
     async def metric(self, name: str, **labels: str) -> float:
         async with self.http.get(self.url + "/metrics") as r:
             text = await r.text()
