@@ -109,12 +109,16 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         if migrate_on_start:
             await migrate.migrate_dsn(dsn)
+        db_timeout = config.server.database_timeout_seconds
         pool = await database.create_pool(
             dsn, min_size=2, max_size=POOL_SIZE,
             # no statement outlives the gateway's wait for it: an admission the
             # gateway gave up on has ended, one way or the other, soon after
-            server_settings={"statement_timeout": str(
-                int(config.server.database_timeout_seconds * 1000))})
+            server_settings={"statement_timeout": str(int(db_timeout * 1000))},
+            # bounds asyncpg's cancellation of a query we stopped waiting for:
+            # without it, a connection whose answers are lost holds the request
+            # (and the pool slot) for a minute
+            command_timeout=db_timeout)
         gw = Gateway(config=config, pool=pool,
                      ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
