@@ -249,3 +249,17 @@ WITH done AS (
        AND l.fence = done.fence AND l.expires_at > clock_timestamp()
 )
 SELECT id FROM done;
+
+-- name: queue_depths
+-- Every queue's depth by state, for the metrics collector (leases/observe.py):
+-- one statement per scrape, over the partial indexes on the open states.
+-- Completed jobs are left out (they only grow). For `queued` (due now),
+-- oldest_seconds is how long the oldest due job has waited.
+SELECT queue,
+       CASE WHEN state = 'queued' AND run_at > clock_timestamp() THEN 'scheduled'
+            ELSE state END AS state,
+       count(*) AS jobs,
+       extract(epoch FROM clock_timestamp() - min(run_at))::float8 AS oldest_seconds
+  FROM fencegate_jobs
+ WHERE state IN ('queued', 'claimed', 'dead')
+ GROUP BY 1, 2;
