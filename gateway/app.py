@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from leases import LeaseClient, database, migrate
+from leases.observe import QueueCollector
 
 from .auth import Authenticator
 from .config import Config
@@ -113,6 +114,8 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
                      ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
                      providers=make_providers(config), rate_share=1 / processes)
+        gw.observer = QueueCollector(gw.leases,
+                                     timeout=config.server.database_timeout_seconds)
         for provider in gw.providers.values():
             await provider.start()
         app[GATEWAY] = gw
