@@ -17,7 +17,7 @@ from leases.observe import QueueCollector
 from .auth import Authenticator
 from .config import Config
 from .ledger import Ledger
-from .metrics import HTTP_DURATION
+from .metrics import HTTP_DURATION, start_at_zero
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
@@ -132,6 +132,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             await pool.close()
 
     app.cleanup_ctx.append(lifecycle)
+    start_at_zero(config.providers)
     return app
 
 

@@ -43,6 +43,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from . import sql
 from .client import UNREACHABLE_ERRORS, LeaseClient
+from .metrics import start_at_zero
 
 log = logging.getLogger("fencegate.observe")
 
@@ -216,6 +217,8 @@ async def serve(port: int, *, host: str = DEFAULT_HOST, client: LeaseClient | No
     ``close()``; with ``client``, the gauges of every queue in its database too
     (``queues`` are shown as zeros even before they hold a job). Port 0 picks a
     free port (``.port`` tells which)."""
+    queues = list(queues)
+    start_at_zero(queues)
     collector = QueueCollector(client, queues=queues, max_age=max_age) \
         if client is not None else None
     return await MetricsServer(collector, registry).start(host, port)

@@ -165,6 +165,9 @@ async def test_a_worker_serves_its_counters_and_the_queue_gauges(pool: asyncpg.P
     for event in ("claimed", "completed"):
         assert found[("fencegate_jobs_total", (("event", event), ("queue", "observed")))] >= 1
     # the database's view: every queue, not only the worker's
+    # series that start at zero, so that increase() sees their first step
+    assert ("fencegate_jobs_total", (("event", "dead"), ("queue", "observed"))) in found
+    assert ("fencegate_lease_renewals_total", (("result", "lost"),)) in found
     assert depth(found, "observed", "queued") == 0
     assert depth(found, "elsewhere", "queued") == 1
     assert found[("fencegate_database_up", ())] == 1
@@ -179,4 +182,8 @@ async def test_the_gateway_metrics_carry_the_queue_gauges(gw: Gw) -> None:
     found = samples(body.decode() if isinstance(body, bytes) else str(body))
     assert depth(found, "outbox", "queued") == 1
     assert found[("fencegate_database_up", ())] == 1
-    assert ("fencegate_fence_rejections_total", ()) not in found  # families, not fakes
+    # every provider's rejection series exists from the start, so that
+    # increase() sees the first one (the alert rules depend on it)
+    for provider in ("mail", "crm"):
+        assert ("fencegate_fence_rejections_total",
+                (("provider", provider), ("reason", "stale_fence"))) in found
