@@ -253,6 +253,10 @@ async def enqueue(dsn: str) -> None:
         await Queue(client, BACKLOG).enqueue_many([NewJob({"n": 1}), NewJob({"n": 2})])
 
 
+def equals(want: float) -> Callable[[float], bool]:
+    return lambda found: found == want
+
+
 async def expect(prom: Prometheus, expr: str, want: Callable[[float], bool],
                  described: str) -> float:
     async def probe() -> float | None:
@@ -270,7 +274,7 @@ async def assertions(prom: Prometheus) -> None:
                  'reason="stale_fence"})', lambda v: v == 1, "== 1")
     for outcome, count in (("succeeded", 4), ("replayed", 1)):
         await expect(prom, f'sum(fencegate_effects_total{{{gw},provider="mail",'
-                     f'outcome="{outcome}"}})', lambda v, c=count: v == c, f"== {count}")
+                     f'outcome="{outcome}"}})', equals(count), f"== {count}")
     for job in (gw, wk):
         await expect(prom, f'fencegate_queue_jobs{{{job},queue="{BACKLOG}",state="queued"}}',
                      lambda v: v == 2, "== 2")
@@ -280,7 +284,7 @@ async def assertions(prom: Prometheus) -> None:
                  lambda v: v > 0, "> 0")
     for event, count in (("claimed", 4), ("completed", 3), ("dead", 1)):
         await expect(prom, f'fencegate_jobs_total{{{wk},queue="{OUTREACH}",event="{event}"}}',
-                     lambda v, c=count: v == c, f"== {count}")
+                     equals(count), f"== {count}")
     await expect(prom, f'fencegate_lease_renewals_total{{{wk},result="ok"}}', lambda v: v >= 1,
                  ">= 1")
     await expect(prom, f'sum(fencegate_lease_claims_total{{{gw},result="won"}})',
