@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
+DEPLOY_STAMP := $(VENV)/.installed-deploy
 
-.PHONY: run test lint chaos bench clean
+.PHONY: run test lint chaos bench deploy-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +41,18 @@ chaos: $(STAMP)
 # writes bench/RESULTS.md; BENCH_SECONDS sets each timed phase (default 5)
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run
+
+$(DEPLOY_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,deploy]'
+	touch $(DEPLOY_STAMP)
+
+# validates everything in deploy/ with real tools, then scrapes a real gateway and
+# worker with a real Prometheus through a zombie (about a minute; installs Debian's
+# prometheus into .venv and docker-compose when missing). Not part of `make test`.
+deploy-check: $(DEPLOY_STAMP)
+	PATH="$$(deploy/check/tools.sh)" && export PATH && \
+	$(BIN)/python deploy/check/static.py && \
+	$(BIN)/python deploy/check/scrape.py
 
 clean:
 	rm -rf $(VENV) .fencegate

@@ -13,11 +13,12 @@ from aiohttp import web
 
 from leases import LeaseClient, database, migrate
 from leases.metrics import AWAITING_PURGE
+from leases.observe import QueueCollector
 
 from .auth import Authenticator
 from .config import Config
 from .ledger import Ledger
-from .metrics import HTTP_DURATION
+from .metrics import HTTP_DURATION, start_at_zero
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
@@ -123,6 +124,8 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
                      ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
                      providers=make_providers(config), rate_share=1 / processes)
+        gw.observer = QueueCollector(gw.leases,
+                                     timeout=config.server.database_timeout_seconds)
         for provider in gw.providers.values():
             await provider.start()
         app[GATEWAY] = gw
@@ -139,6 +142,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             await pool.close()
 
     app.cleanup_ctx.append(lifecycle)
+    start_at_zero(config.providers)
     return app
 
 

@@ -53,6 +53,12 @@ class ClientConfig:
     name: str
     key_sha256: str
     resources: tuple[str, ...]
+    #: more API keys of the same client, accepted alike: a key being rotated in or out
+    more_keys_sha256: tuple[str, ...] = ()
+
+    @property
+    def keys_sha256(self) -> tuple[str, ...]:
+        return (self.key_sha256, *self.more_keys_sha256)
 
 
 @dataclass(frozen=True)
@@ -175,17 +181,34 @@ def _server(source: str, raw: Any) -> ServerConfig:
 
 def _client(source: str, index: int, raw: Any) -> ClientConfig:
     r = _Reader(source, f"clients[{index}]", raw)
-    r.check_unknown({"name", "key_sha256", "resources"})
+    r.check_unknown({"name", "key_sha256", "key_sha256_env", "resources"})
     name = r.get("name", str, required=True)
     if not _NAME.fullmatch(name):
         raise r.error("name", "must be 1 to 64 of A-Z a-z 0-9 _ -")
-    key = r.get("key_sha256", str, required=True).lower()
-    if not _SHA256.fullmatch(key):
-        raise r.error("key_sha256", "must be 64 hex digits (sha256 of the API key)")
+    keys = _client_keys(r)
     resources = r.get("resources", list, required=True)
     if not resources or not all(isinstance(p, str) and p for p in resources):
         raise r.error("resources", "must be a non-empty list of patterns such as \"run:*\"")
-    return ClientConfig(name, key, tuple(resources))
+    return ClientConfig(name, keys[0], tuple(resources), keys[1:])
+
+
+def _client_keys(r: _Reader) -> tuple[str, ...]:
+    """``key_sha256`` (one hash, or a list: rotation) or ``key_sha256_env`` (an
+    environment variable holding hashes separated by commas or spaces)."""
+    if ("key_sha256" in r.table) == ("key_sha256_env" in r.table):
+        raise r.error("key_sha256", "give either key_sha256 or key_sha256_env")
+    if "key_sha256" in r.table:
+        where, raw = "key_sha256", r.get("key_sha256", (str, list))
+        found = [raw] if isinstance(raw, str) else raw
+    else:
+        where, env = "key_sha256_env", r.secret("key_sha256_env")
+        found = (env or "").replace(",", " ").split()
+    keys = tuple(k.lower() for k in found if isinstance(k, str))
+    if not keys or len(keys) != len(found) or not all(_SHA256.fullmatch(k) for k in keys):
+        raise r.error(where, "must be 64 hex digits (sha256 of the API key), or several")
+    if len(set(keys)) != len(keys):
+        raise r.error(where, "repeats a key")
+    return keys
 
 
 _COMMON = {"kind", "timeout_seconds", "rate_limit_per_second", "idempotency_header",
@@ -283,7 +306,8 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     names = [c.name for c in clients]
     if len(set(names)) != len(names):
         raise top.error("clients", "client names must be unique")
-    if len({c.key_sha256 for c in clients}) != len(clients):
+    hashes = [k for c in clients for k in c.keys_sha256]
+    if len(set(hashes)) != len(hashes):
         raise top.error("clients", "two clients share one API key")
     raw_providers = top.get("providers", dict, {})
     providers = {name: _provider(source, name, raw) for name, raw in raw_providers.items()}

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
 from leases import InvalidArgument, migrate
 from leases import policy as lease_policy
+from leases.observe import exposition
 
 from . import effects, requests
 from .auth import check_resource
@@ -305,12 +306,15 @@ async def readyz(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
+    observer = gw_of(request).observer
+    if observer is not None:  # queue depths and fencegate_database_up, this process's view
+        await observer.refresh()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        text = generate_latest(registry)
+        text = exposition(observer, registry)
     else:
-        text = generate_latest(REGISTRY)
+        text = exposition(observer, REGISTRY)
     return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from . import observe
 from .client import UNREACHABLE_ERRORS
 from .errors import LeaseLost
 from .queue import Job, Queue
@@ -88,6 +89,8 @@ class Worker:
         backstop_interval: float = DEFAULT_BACKSTOP_SECONDS,
         purge_interval: float = DEFAULT_PURGE_INTERVAL_SECONDS,
         owner: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = observe.DEFAULT_HOST,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -107,6 +110,11 @@ class Worker:
         self._slot_free = asyncio.Event()
         #: set after every backstop pass (a test hook)
         self.backstop_passed = asyncio.Event()
+        #: with ``metrics_port``, /metrics is served there while ``run()`` runs
+        #: (this process's counters and the queue gauges; port 0 picks one)
+        self.metrics_port, self.metrics_host = metrics_port, metrics_host
+        #: the running metrics endpoint (``.port``), once ``run()`` has started it
+        self.metrics: observe.MetricsServer | None = None
 
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get the grace period to finish."""
@@ -116,6 +124,10 @@ class Worker:
         """Claim and process until ``stop()`` (or SIGTERM/SIGINT with
         ``handle_signals``), then shut down gracefully."""
         loop = asyncio.get_running_loop()
+        if self.metrics_port is not None:
+            self.metrics = await observe.serve(self.metrics_port, host=self.metrics_host,
+                                               client=self.queue.client,
+                                               queues=[self.queue.name])
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
@@ -131,6 +143,8 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await backstop
             await self._shutdown()
+            if self.metrics is not None:
+                await self.metrics.close()
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)

@@ -299,10 +299,10 @@ SELECT id FROM done;
 
 -- name: purge_jobs
 -- Up to $2 jobs of queue $3 completed or dead for longer than $1 seconds,
--- oldest first, with their leases. Deleting job:<queue>:<id> cannot let a fence go back: a
--- job id is never reused (an identity column), so the queue never claims that
--- resource again, and any claim of it from elsewhere gets a fence floored at
--- the database clock, above every fence issued before. A lease still live or
+-- oldest first, with their leases. Deleting job:<queue>:<id> cannot let a
+-- fence go back: a job id is never reused (an identity column), so the queue
+-- never claims that resource again, and any claim of it from elsewhere gets a
+-- fence floored at the database clock, above every fence issued before. A lease still live or
 -- holding an effect in flight is left alone (and so is its job, until then).
 WITH old AS (
     SELECT id, queue FROM fencegate_jobs
@@ -331,3 +331,17 @@ DELETE FROM fencegate_jobs j
 SELECT count(*) FROM fencegate_jobs
  WHERE state IN ('completed', 'dead')
    AND finished_at < clock_timestamp() - make_interval(secs => $1::float8);
+
+-- name: queue_depths
+-- Every queue's depth by state, for the metrics collector (leases/observe.py):
+-- one statement per scrape, over the partial indexes on the open states.
+-- Completed jobs are left out (they only grow). For `queued` (due now),
+-- oldest_seconds is how long the oldest due job has waited.
+SELECT queue,
+       CASE WHEN state = 'queued' AND run_at > clock_timestamp() THEN 'scheduled'
+            ELSE state END AS state,
+       count(*) AS jobs,
+       extract(epoch FROM clock_timestamp() - min(run_at))::float8 AS oldest_seconds
+  FROM fencegate_jobs
+ WHERE state IN ('queued', 'claimed', 'dead')
+ GROUP BY 1, 2;
