@@ -282,9 +282,11 @@ def _smtp(r: _Reader, common: dict[str, Any]) -> ProviderConfig:
 
 
 def signing_key(secret: str) -> bytes:
-    """The HMAC key of a Standard Webhooks secret: base64, ``whsec_`` optional
-    (what the reference library does). ValueError if it is not base64."""
-    return base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    """The HMAC key of a Standard Webhooks secret: base64, ``whsec_`` and the
+    padding optional (what the reference library accepts). ValueError if it is
+    not base64."""
+    encoded = secret.removeprefix("whsec_")
+    return base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
 
 
 def _existing_file(r: _Reader, key: str) -> str | None:

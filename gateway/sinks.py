@@ -91,24 +91,26 @@ class SmtpSink:
         return "250 OK"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        arrived = time.monotonic()  # the message is here: whatever follows, it has landed
+        """A message has arrived: it is recorded now (it has landed, whatever
+        happens to the answer), then answered after any delay."""
         delay = self.next_data_delays.pop(0) if self.next_data_delays else self.data_delay
-        if delay:
-            await asyncio.sleep(delay)
         if self.data_reply:
+            await asyncio.sleep(delay)
             return self.data_reply
         content = envelope.original_content or b""
         msg = email.message_from_bytes(content, policy=email.policy.default)
         delivery = Delivery(headers={k: str(v) for k, v in msg.items()}, body=content,
-                            recipients=list(envelope.rcpt_tos), received_at=arrived,
-                            answered_at=time.monotonic())
+                            recipients=list(envelope.rcpt_tos))
         if self.dedupe_header and msg[self.dedupe_header]:
             key = str(msg[self.dedupe_header])
-            first = self._first_seen.setdefault(key, arrived)
-            delivery.acted = first == arrived or arrived - first > self.dedupe_window
+            first = self._first_seen.get(key)
+            delivery.acted = first is None or delivery.received_at - first > self.dedupe_window
             if delivery.acted:
-                self._first_seen[key] = arrived
+                self._first_seen[key] = delivery.received_at
         self.deliveries.append(delivery)
+        if delay:
+            await asyncio.sleep(delay)
+        delivery.answered_at = time.monotonic()
         return "250 Message accepted for delivery"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> SmtpSink:

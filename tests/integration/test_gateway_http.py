@@ -78,6 +78,10 @@ async def test_a_provider_5xx_frees_the_key(gw: Gw) -> None:
 @pytest.mark.parametrize("path", [
     "../admin", "a/../../admin", "%2e%2e/admin", "a/%2E%2E/b", "a/%252e%252e/b",
     "http://evil.example/x", "/etc/passwd", "a\\..\\b", "./a",
+    # what some servers and proxies still climb out with: path parameters,
+    # dots with trailing spaces, three dots, and their encodings
+    "..;/admin", "a/..;/b", "a;x=1/b", "a%3Bx/b", "...", "a/.../b", "a/..%20/b", "a/.%2E%20/b",
+    "a/%09/b",
 ])
 async def test_paths_cannot_escape_the_base_url(gw: Gw, path: str) -> None:
     lease = await gw.leases.claim("lead:7", ttl=30)
