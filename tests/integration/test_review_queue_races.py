@@ -1,0 +1,132 @@
+"""Review: races of the queue's recovery and purge statements with claims
+(READ COMMITTED snapshots inside one statement).
+
+Each test holds one row lock in an open transaction for a moment: what a
+slow statement (a claim, a renewal, an admission whose commit waits on a slow
+disk) does in production. Everything else is the product's own statements on
+a real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import asyncpg
+
+from leases import LeaseClient, Queue, sql
+from leases.queue import job_resource
+
+
+def queue(pool: asyncpg.Pool, owner: str, name: str = "mail", **kw: object) -> Queue:
+    return Queue(LeaseClient(pool=pool, owner=owner), name, rng=random.Random(1),
+                 recovery_interval=3600, **kw)  # type: ignore[arg-type]
+
+
+async def _wait_until_blocked(pool: asyncpg.Pool, needle: str) -> None:
+    """Until a backend running a statement containing ``needle`` waits on a lock."""
+    for _ in range(500):
+        waiting = await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()", needle)
+        if waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no statement with {needle!r} ever waited on a lock")
+
+
+async def test_recovery_does_not_requeue_a_job_claimed_again_while_it_ran(
+    pool: asyncpg.Pool,
+) -> None:
+    """recover_jobs reads the job in its `locked` CTE from the statement's
+    snapshot (``JOIN fencegate_jobs j``), but locks and reads the lease row in
+    its latest version. A job that was recovered by another claimer and claimed
+    again (new fence F2, live lease) between that snapshot and this statement's
+    lock on it therefore looks like "lease moved to another fence" (snapshot
+    F1 <> latest F2) and is put back in the queue under its live holder.
+
+    Then the live holder's complete() is refused (state is no longer
+    'claimed'), and once its lease ends the job is claimed and run again.
+    """
+    dead = queue(pool, "dead-worker")
+    j1 = await dead.enqueue({"n": 1})
+    j2 = await dead.enqueue({"n": 2})
+    claimed = await dead.claim(limit=2, ttl=0.2)
+    assert sorted(j.id for j in claimed) == [j1, j2]
+    await asyncio.sleep(0.4)  # the dead worker's claims expire
+
+    # a slow statement holds job 1's lease row for a moment
+    locker = await pool.acquire()
+    tx = locker.transaction()
+    await tx.start()
+    await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1 "
+                         "FOR NO KEY UPDATE", job_resource("mail", j1))
+
+    # recovery R1 takes its snapshot, locks job 1, and waits for job 1's lease row
+    r1 = asyncio.create_task(queue(pool, "r1").recover())
+    await _wait_until_blocked(pool, "over AS")
+
+    # meanwhile another claimer's recovery brings job 2 back, and worker c claims it
+    assert await queue(pool, "r2").recover() == 1
+    c = queue(pool, "worker-c")
+    [job_c] = await c.claim(limit=1, ttl=30)
+    assert job_c.id == j2
+    assert (await LeaseClient(pool=pool).show(job_c.resource)).live  # type: ignore[union-attr]
+
+    await tx.rollback()
+    await pool.release(locker)
+    await r1
+
+    state, fence = await pool.fetchrow(
+        "SELECT state, fence FROM fencegate_jobs WHERE id = $1", j2)
+    assert (state, fence) == ("claimed", job_c.fence), (
+        f"recovery put job {j2} back to {state!r} while worker-c holds its live lease "
+        f"(fence {job_c.fence})")
+    assert await c.complete(job_c) is True, "the live holder's completion was refused"
+
+
+async def test_purge_does_not_delete_a_lease_that_became_live_during_the_purge(
+    pool: asyncpg.Pool,
+) -> None:
+    """purge_jobs decides which lease rows are "busy" (live, or draining an
+    effect) from the statement's snapshot, then deletes them with a DELETE
+    whose condition is only the resource name. A claim of job:<queue>:<id>
+    that commits after the snapshot (the lease row's lock was held while the
+    purge started) is deleted all the same: the live lease disappears, a
+    third party claims the resource at once, and the first holder's drain
+    barrier (its effect in flight) is gone with the row.
+    """
+    q = queue(pool, "w1", retention_seconds=0.05)
+    job_id = await q.enqueue({"n": 1})
+    [job] = await q.claim(limit=1, ttl=30)
+    assert await q.complete(job) is True
+    await asyncio.sleep(0.2)  # past retention
+    resource = job_resource("mail", job_id)
+
+    # someone claims the finished job's resource outside the queue (the
+    # queue's own recovery treats that as a case it handles); the claim's
+    # transaction is still open when the purge starts
+    claimer = await pool.acquire()
+    tx = claimer.transaction()
+    await tx.start()
+    outside = await claimer.fetchrow(sql.query("claim_lease"), resource, "outsider", 30.0)
+    assert outside is not None
+    # and an effect under it is admitted in the same breath (as the gateway does)
+    verdict = await claimer.fetchval(
+        "SELECT verdict FROM fencegate_admit_effect('agents', 'k', '\\x00'::bytea, $1, $2, "
+        "'hook', 1, 60.0, 0, 5.0)", resource, outside["fence"])
+    assert verdict == "admitted"
+
+    purge = asyncio.create_task(q.purge())
+    await _wait_until_blocked(pool, "leases_gone")
+    await tx.commit()
+    await pool.release(claimer)
+    await purge
+
+    row = await pool.fetchrow("SELECT fence, inflight FROM fencegate_leases WHERE "
+                              "resource = $1", resource)
+    assert row is not None, (
+        "the purge deleted a live lease with an effect in flight (drain barrier gone)")
+    # what that allows: another owner claims at once, while fence
+    # outside["fence"]'s effect may still be reaching the provider
+    assert await LeaseClient(pool=pool, owner="third").claim(resource, ttl=30) is None
