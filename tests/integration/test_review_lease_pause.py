@@ -51,3 +51,30 @@ async def test_a_step_already_due_when_the_pause_began_still_runs_after_it(
     # the lease had expired in the database: another owner wins it now
     assert await LeaseClient(pool=pool, owner="b").claim("run:1", ttl=30) is not None
     assert steps == [], "the block ran a step after its deadline passed during a pause"
+
+
+async def test_a_lost_lease_cancels_a_block_in_wait_for_for_good(pool: asyncpg.Pool) -> None:
+    """Rule 6: on loss "the guarded work is cancelled". The Lease cancels the
+    guarded task once. On Python 3.11 (this project's floor, and the version it
+    runs on), ``asyncio.wait_for`` swallows a cancellation that arrives in the
+    same loop turn as its inner result (gh-86296: "if fut.done(): return
+    fut.result()"), which is exactly what happens after a pause, when the
+    deadline alarm and the block's answer are both due on waking. The single
+    cancel is lost and the block runs on to its end with its lease gone
+    (LeaseLost only comes out of __aexit__ afterwards)."""
+    a = LeaseClient(pool=pool, owner="a")
+    lease = await a.claim("run:1", ttl=0.5)
+    assert lease is not None
+    loop = asyncio.get_running_loop()
+    steps: list[str] = []
+    with pytest.raises(LeaseLost):
+        async with lease:
+            await asyncio.sleep(0.05)  # the keeper has started and sleeps on its timer
+            answer: asyncio.Future[str] = loop.create_future()
+            loop.call_later(0.05, time.sleep, 1.0)  # the process stops while we wait ...
+            loop.call_later(0.1, answer.set_result, "row")  # ... and the answer is due
+            await asyncio.wait_for(answer, 10)
+            steps.append("used the answer")
+            await asyncio.sleep(0.01)
+            steps.append("and went on")
+    assert steps == [], f"the block kept running after its lease was lost: {steps}"
