@@ -1,0 +1,55 @@
+"""Review: a claim that committed but whose answer was lost leaves the
+resource to an owner nobody knows, for the whole ttl."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import asyncpg
+import pytest
+
+from tests.integration.conftest import Gw
+from tests.support.faultproxy import FaultProxy
+
+
+@pytest.fixture
+async def proxy(dsn: str) -> AsyncIterator[FaultProxy]:
+    p = await FaultProxy(dsn, delay_seconds=0.6).start()
+    yield p
+    await p.close()
+
+
+async def test_a_claim_answered_503_does_not_hold_the_resource_for_its_ttl(
+    make_gw: Callable[..., Awaitable[Gw]], proxy: FaultProxy, pool: asyncpg.Pool,
+) -> None:
+    """POST /v1/leases/claim without an owner: the gateway makes one up (one
+    owner per lease, new in this commit). When the database is slow, the claim
+    commits but the gateway has stopped waiting (database_timeout_seconds) and
+    answers 503 "unavailable". The caller never learns the owner or the fence,
+    so it can neither renew nor release; a retry gets another made-up owner and
+    409 lease_held, for the whole ttl (up to 7 days). The same holds for
+    LeaseClient.claim, which now also makes a new owner per call: a retry
+    after a lost answer cannot re-claim as the same owner any more."""
+    gw = await make_gw(proxy.dsn(), database_timeout_seconds=0.3)
+    auth = {"Authorization": gw.headers()["Authorization"]}
+    for i in range(3):  # the claim statement is prepared on the pool's connection
+        assert (await gw.post("/v1/leases/claim", auth, json={
+            "resource": f"run:warm-{i}", "ttl_seconds": 60}))[0] == 200
+    proxy.set_mode("delay")
+    status, _, body = await gw.post("/v1/leases/claim", auth,
+                                    json={"resource": "run:orphan", "ttl_seconds": 3600})
+    assert (status, body["code"]) == (503, "unavailable")
+    proxy.set_mode("pass")
+    await asyncio.sleep(1.0)  # the delayed statement has long committed
+    row = await pool.fetchrow("SELECT owner, expires_at > clock_timestamp() AS live "
+                              "FROM fencegate_leases WHERE resource = 'run:orphan'")
+    for _ in range(20):  # the caller retries, as 503 invites it to
+        status, _, body = await gw.post("/v1/leases/claim", auth,
+                                        json={"resource": "run:orphan", "ttl_seconds": 3600})
+        if status != 503:
+            break
+        await asyncio.sleep(0.2)
+    assert status == 200, (
+        f"the retry got {status} {body.get('code')}: run:orphan is held for an hour by "
+        f"{row['owner'] if row else None!r}, an owner the caller was never told")
