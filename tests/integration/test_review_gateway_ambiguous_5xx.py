@@ -27,7 +27,7 @@ async def test_an_ambiguous_5xx_from_a_provider_without_dedupe_does_not_free_the
     status, _, body = await gw.request("POST", "/v1/http/hook/charge", gw.headers(lease, "c1"),
                                        json={"amount": 100})
     gw.hook.status = 200
-    again, _, body2 = await gw.request("POST", "/v1/http/hook/charge",
+    again, _, _ = await gw.request("POST", "/v1/http/hook/charge",
                                        gw.headers(lease, "c1"), json={"amount": 100})
     assert len(gw.hook.deliveries) == 1, (
         f"one key, two provider actions: first answered {status} {body.get('code')}, "

@@ -13,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
+from gateway.providers import ProviderCall
 from gateway.providers import http as http_provider
 from gateway.sinks import WebhookSink
 from leases import LeaseClient
@@ -94,7 +95,7 @@ async def test_a_pause_after_the_last_deadline_check_lets_fence_f_land_after_f_p
         original = http_provider.HttpProvider.headers
 
         def headers_then_pause(self: http_provider.HttpProvider,
-                               call: http_provider.ProviderCall) -> dict[str, str]:
+                               call: ProviderCall) -> dict[str, str]:
             out = original(self, call)
             if call.key == "paused":
                 time.sleep(PAUSE_SECONDS)  # the whole gateway process stops here
