@@ -154,6 +154,7 @@ async def _purge_loop(gw: Gateway) -> None:
     while True:
         try:
             purged = await gw.ledger.purge(retention)
+            await gw.ledger.purge_abandoned()
             AWAITING_PURGE.labels(table="effects").set(await gw.ledger.awaiting_purge(retention))
             if purged:
                 log.info("purged finished effects", extra={"effects": purged})

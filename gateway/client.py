@@ -8,7 +8,9 @@
     ├── ProviderRejected           422: the provider refused for good (email)
     ├── RateLimited                429, with ``retry_after``
     ├── ProviderError              502: safe to retry
+    ├── ProviderOutcomeUnknown     502: the provider failed after it may have acted
     ├── Unavailable                503: the database is down, nothing was sent
+    ├── Overloaded                 503: the gateway could not send in time, nothing was sent
     └── ProviderTimeout            504: outcome unknown
 
 A provider's own answer (any status) to an HTTP effect is a result, not an
@@ -74,7 +76,9 @@ class IdempotencyKeyReused(GatewayProblem): ...
 class ProviderRejected(GatewayProblem): ...
 class RateLimited(GatewayProblem): ...
 class ProviderError(GatewayProblem): ...
+class ProviderOutcomeUnknown(GatewayProblem): ...
 class Unavailable(GatewayProblem): ...
+class Overloaded(GatewayProblem): ...
 class ProviderTimeout(GatewayProblem): ...
 
 
@@ -83,8 +87,9 @@ _BY_CODE: dict[str, type[GatewayProblem]] = {
     "invalid_fence": FenceRejected, "effect_in_progress": EffectInProgress,
     "effect_outcome_unknown": EffectOutcomeUnknown,
     "idempotency_key_reused": IdempotencyKeyReused, "provider_rejected": ProviderRejected,
-    "rate_limited": RateLimited, "provider_error": ProviderError, "unavailable": Unavailable,
-    "provider_timeout": ProviderTimeout,
+    "rate_limited": RateLimited, "provider_error": ProviderError,
+    "provider_outcome_unknown": ProviderOutcomeUnknown, "unavailable": Unavailable,
+    "overloaded": Overloaded, "provider_timeout": ProviderTimeout,
 }
 
 

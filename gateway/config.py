@@ -24,6 +24,7 @@ DEFAULT_HTTP_IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_DATABASE_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
+DEFAULT_BARRIER_GRACE_SECONDS = 2.0
 DEFAULT_SMTP_POOL_SIZE = 4
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -46,6 +47,10 @@ class ServerConfig:
     database_timeout_seconds: float = DEFAULT_DATABASE_TIMEOUT_SECONDS
     #: a request body that takes longer than this to arrive is refused (408)
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    #: the database holds an attempt's place in the drain barrier this much
+    #: longer than the gateway's own deadline for it: bytes written just before
+    #: that deadline must have reached the provider by then
+    barrier_grace_seconds: float = DEFAULT_BARRIER_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,8 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 def _server(source: str, raw: Any) -> ServerConfig:
     r = _Reader(source, "server", raw)
     r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds",
-                     "database_timeout_seconds", "body_timeout_seconds"})
+                     "database_timeout_seconds", "body_timeout_seconds",
+                     "barrier_grace_seconds"})
     return ServerConfig(
         host=r.get("host", str, DEFAULT_HOST),
         port=int(r.number("port", DEFAULT_PORT, 0, 65535)),
@@ -175,6 +181,9 @@ def _server(source: str, raw: Any) -> ServerConfig:
         ),
         body_timeout_seconds=r.number(
             "body_timeout_seconds", DEFAULT_BODY_TIMEOUT_SECONDS, 0.1, 3600
+        ),
+        barrier_grace_seconds=r.number(
+            "barrier_grace_seconds", DEFAULT_BARRIER_GRACE_SECONDS, 0.5, 3600
         ),
     )
 

@@ -25,7 +25,7 @@ from leases import clock
 
 from . import idempotency
 from .deadline import Deadline
-from .ledger import BARRIER_GRACE_SECONDS, Admission, FinalState, StoredAnswer, new_attempt
+from .ledger import Admission, FinalState, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, PROVIDER_DURATION
 from .problems import Problem
 from .providers import Outcome, Provider, ProviderCall, too_late
@@ -139,12 +139,15 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     try:
         admission = await gw.ledger.admit(
             effect.client, f.key, effect.fingerprint, f.resource, f.fence, cfg.name, attempt,
-            budget + BARRIER_GRACE_SECONDS, cfg.retry_window_seconds,
+            budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
         )
     except Problem:
         # no answer: the admission may have committed all the same
         gw.ledger.free_unsent(effect.client, f.key, attempt, f.resource)
         raise
+    if admission.verdict == "abandoned":  # a nonce collision, or a replayed statement
+        raise Problem("unavailable", "the attempt could not be admitted; nothing was sent",
+                      headers={"Retry-After": "1"})
     if admission.verdict != "admitted":
         _log(effect, admission.verdict, started)
         return _refusal(effect, admission)

@@ -27,10 +27,6 @@ from .problems import Problem
 
 log = logging.getLogger("fencegate.gateway")
 
-#: the database holds an attempt's place in the drain barrier this much
-#: longer than the gateway's local deadline: bytes still on the wire when the
-#: gateway gave up, and the rates of two clocks
-BARRIER_GRACE_SECONDS = 2.0
 #: a resend inside a provider's idempotency window must end this long before
 #: the window does (our database's clock against the provider's)
 RESEND_MARGIN_SECONDS = 5.0
@@ -38,6 +34,8 @@ RESEND_MARGIN_SECONDS = 5.0
 RESOLVE_GRACE_SECONDS = 1.0
 #: how long an outcome that could not be recorded is retried in the background
 RECORD_RETRY_SECONDS = 60.0
+#: nonces of abandoned attempts are kept this long
+ABANDONED_KEPT_SECONDS = 86400.0
 
 FinalState = Literal["succeeded", "failed", "unknown", "free"]
 #: what recording the end of an attempt did (see fencegate_finish_effect)
@@ -204,6 +202,11 @@ class Ledger:
             if done < batch:
                 return total
             await asyncio.sleep(0)  # let the effect path in between batches
+
+    async def purge_abandoned(self) -> None:
+        """Forget nonces of abandoned attempts after a day."""
+        await self.call(lambda: self.pool.execute(sql.query("purge_abandoned_attempts"),
+                                                  ABANDONED_KEPT_SECONDS))
 
     async def awaiting_purge(self, retention_seconds: float) -> int:
         """Finished effects past retention, not yet purged."""

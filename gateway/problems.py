@@ -41,6 +41,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "rate_limited": (429, "Rate limited"),
     "internal_error": (500, "Internal error"),
     "provider_error": (502, "Provider error"),
+    "provider_outcome_unknown": (502, "Provider outcome unknown"),
     "unavailable": (503, "Unavailable"),
     "overloaded": (503, "Overloaded"),
     "provider_timeout": (504, "Provider timeout"),

@@ -205,7 +205,13 @@ async def claim_lease(request: web.Request) -> web.StreamResponse:
                     fence=False, ttl=True)
     # without an owner, one of its own: two claims never share one by accident
     owner = a["owner"] or _stored_owner(client_of(request), gw.leases.new_owner())
-    lease = await gw.ledger.call(lambda: gw.leases.claim(a["resource"], a["ttl"], owner=owner))
+    try:
+        lease = await gw.ledger.call(
+            lambda: gw.leases.claim(a["resource"], a["ttl"], owner=owner))
+    except Problem:
+        if a["owner"] is None:  # granted perhaps, to an owner the caller never learns
+            gw.leases.abandon(a["resource"], owner, a["ttl"])
+        raise
     if lease is None:
         raise Problem("lease_held", "another owner holds a live lease on this resource")
     return _lease_answer(request, lease.resource, lease.owner, lease.fence, lease.expires_at,

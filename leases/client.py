@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import logging
 import secrets
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -36,6 +37,8 @@ DEFAULT_POOL_SIZE = 10
 DEFAULT_COMMAND_TIMEOUT = 30.0
 #: at close, how long releases of lost leases may still take
 RELEASE_ON_CLOSE_SECONDS = 2.0
+#: a lost lease's block is cancelled again this often until it has exited
+RECANCEL_SECONDS = 0.005
 
 
 @dataclass(frozen=True)
@@ -127,12 +130,24 @@ class LeaseClient:
         owner: str | None = None,
         policy_: policy.RenewalPolicy | None = None,
     ) -> Lease | None:
-        """Claim ``resource`` for ``ttl`` seconds; ``None`` if someone else holds it."""
+        """Claim ``resource`` for ``ttl`` seconds; ``None`` if someone else holds it.
+
+        If the claim gets no answer (the database is unreachable, or the call
+        is cancelled) it may still have been granted. Under an owner of its
+        own, made up for this claim, nobody could ever renew or release it:
+        it is abandoned in the background (see ``abandon``). A caller that
+        names its owner can simply claim again as the same owner."""
+        made_up = not owner and not self._fixed_owner
         owner = policy.check_owner(owner) if owner else self.new_owner()
         ttl = policy.check_ttl(ttl)
         policy.check_resource(resource)
         sent_at = clock.now()
-        row = await self._fetchrow("claim_lease", resource, owner, ttl)
+        try:
+            row = await self._fetchrow("claim_lease", resource, owner, ttl)
+        except BaseException:
+            if made_up:
+                self.abandon(resource, owner, ttl)
+            raise
         if row is None:
             LEASE_CLAIMS.labels(result="held").inc()
             return None
@@ -162,6 +177,34 @@ class LeaseClient:
         )
         return row is not None
 
+    def abandon(self, resource: str, owner: str, ttl: float) -> None:
+        """End, in the background, whatever lease ``owner`` may hold on
+        ``resource`` after a claim whose answer never came: the caller never
+        learnt the fence, so nobody could renew or release it, and it would
+        keep the resource for its whole ttl. Only for an owner made up for that
+        one claim: a shared owner's other lease would be ended too."""
+        self._in_background(self._abandon(resource, owner, ttl))
+
+    async def _abandon(self, resource: str, owner: str, ttl: float) -> None:
+        give_up = clock.now() + ttl  # by then it has expired by itself
+        while clock.now() < give_up:
+            try:
+                pool = await self.connect()
+                async with asyncio.timeout(max(ttl, 1.0)):
+                    fence = await pool.fetchval(sql.query("abandon_claim"), resource, owner)
+            except UNREACHABLE_ERRORS:
+                await asyncio.sleep(min(1.0, ttl / 10))
+                continue
+            if fence is not None:
+                log.info("unanswered claim abandoned", extra={
+                    "resource": resource, "owner": owner, "fence": fence})
+            return
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def release_after_loss(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         """End a lease this process has given up, in the background.
 
@@ -170,9 +213,7 @@ class LeaseClient:
         waiting for nothing. Releasing it (owner and fence must match) ends it
         whichever comes first: a release before the late renewal makes that
         renewal fail, one after ends what it extended."""
-        task = asyncio.get_running_loop().create_task(self._release_lost(lease, pending))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._in_background(self._release_lost(lease, pending))
 
     async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         give_up = clock.now() + lease.ttl * 2
@@ -206,13 +247,19 @@ class Lease:
     lease lost because renewals got no answer, or because the process was
     paused, is released in the background too (see ``release_after_loss``).
 
-    The exact guarantee: once the local deadline has passed (measured on a
-    clock that counts pauses and suspend), the block is cancelled at its next
-    ``await``; on Linux the deadline alarm is seen before any event-loop timer
-    that fell due during a pause, so a block waiting on a timer or a socket
-    does not run another step. Code between two ``await``s cannot be
-    interrupted: call ``lease.check()`` right before any side effect that does
-    not go through the gateway (which checks the fence itself).
+    The exact guarantee, once the local deadline has passed (measured on a
+    clock that counts pauses and suspend):
+
+    - the block is cancelled, and cancelled again until it has exited;
+    - it runs at most the one step (the code between two ``await``s) that was
+      already scheduled when the loss was noticed: a wakeup queued just before
+      a pause, or a result ``asyncio.wait_for`` let through on Python 3.11.
+      On Linux the deadline alarm is seen before any event-loop timer that
+      fell due during a pause, so a block sleeping or waiting on a socket
+      through the pause does not even run that step;
+    - ``lease.check()`` raises ``LeaseLost`` in that step. Call it right before
+      any side effect that does not go through the gateway (the gateway
+      checks the fence itself).
     """
 
     def __init__(
@@ -239,7 +286,9 @@ class Lease:
         self._lost: LeaseLost | None = None
         self._released = False
         self._guarded: asyncio.Task[Any] | None = None
-        self._cancelled_guarded = False
+        self._cancels = 0  # cancellations of the guarded task, to take back at exit
+        self._recancel: asyncio.Handle | None = None
+        self._exiting = False
         self._keeper: asyncio.Task[None] | None = None
         self._alarm: Alarm | None = None
         self._renewing: asyncio.Task[Any] | None = None
@@ -315,11 +364,27 @@ class Lease:
             self._pending.add(renewing)
             renewing.add_done_callback(self._forget)
             renewing.cancel()
-        if self._guarded is not None and not self._guarded.done():
-            self._cancelled_guarded = True
-            self._guarded.cancel(msg="fencegate: lease lost")
+        self._cancel_guarded()
         if self._keeper is not None and self._keeper is not asyncio.current_task():
             self._keeper.cancel()
+
+    def _cancel_guarded(self) -> None:
+        """Cancel the block, and again every few milliseconds until it exits:
+        once is not always enough (on Python 3.11, ``asyncio.wait_for``
+        swallows a cancellation that arrives in the same turn as its result,
+        which is what a pause produces). From inside the block itself (its own
+        ``check()``), nothing to cancel: ``LeaseLost`` is raised there."""
+        guarded = self._guarded
+        if guarded is None or guarded.done() or self._exiting \
+                or guarded is asyncio.current_task():
+            return
+        self._cancels += 1
+        guarded.cancel(msg="fencegate: lease lost")
+        # the next turns first (a swallowed cancellation leaves the block one
+        # step at most), then a slower pace for a block that ignores them
+        loop = asyncio.get_running_loop()
+        self._recancel = loop.call_later(RECANCEL_SECONDS, self._cancel_guarded) \
+            if self._cancels > 3 else loop.call_soon(self._cancel_guarded)
 
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
@@ -390,16 +455,29 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        await self._stop_keeper()
+        self._exiting = True
+        if self._recancel is not None:
+            self._recancel.cancel()
         guarded, self._guarded = self._guarded, None
         lost = self._lost
         if lost is None:
+            await self._stop_keeper()
             if not self._released:
                 with contextlib.suppress(*UNREACHABLE_ERRORS):
                     await self.release()  # best effort: otherwise it lapses at expiry
             return False
+        # lost: nothing more is awaited here, so nothing more can be cancelled
+        if self._alarm is not None:
+            self._alarm.close()
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
         if lost.reason != "taken" and not self._released:
             self.client.release_after_loss(self, set(self._pending))
-        if self._cancelled_guarded and guarded is not None and guarded.uncancel() > 0:
+        outside = 0
+        if guarded is not None:
+            for _ in range(self._cancels):  # take our cancellations back
+                outside = guarded.uncancel()
+        if self._cancels and outside > 0:
             return False  # cancelled from outside too: let that cancellation go on
         raise lost from (None if exc_type is asyncio.CancelledError else exc)

@@ -18,11 +18,15 @@ import hmac
 import time
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.tracing import Trace
 from yarl import URL
 
 from ..bodies import read_limited
 from ..config import ProviderConfig, signing_key
 from ..deadline import Deadline
+from . import gate
 from .base import Outcome, OutcomeKind, ProviderCall, problem_outcome, too_late
 
 #: never forwarded from the caller: hop-by-hop, and the gateway's own
@@ -37,11 +41,30 @@ DROPPED_REQUEST_HEADERS = frozenset({
 KEPT_RESPONSE_HEADERS = ("Content-Type", "Content-Language", "Content-Disposition", "ETag",
                          "Last-Modified", "Location", "Cache-Control")
 #: provider statuses that mean "failed, nothing done, try again"
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503})
-#: statuses a proxy in front of the provider answers after the provider may
-#: have acted (a load balancer's 504 when the backend was too slow): unknown
-UNKNOWN_STATUSES = frozenset({504})
+RETRYABLE_STATUSES = frozenset({408, 425, 429, 503})
+#: statuses that may come after the provider acted: a load balancer's 504
+#: (the backend too slow) or 502 (the backend dropped the connection after
+#: taking the request), a 500 after part of the work committed. The outcome
+#: is unknown. Even where the provider dedupes on our key the key is not
+#: freed: the effect stays unknown and is resent only while the provider's
+#: window, counted from the first attempt, still covers the resend.
+AMBIGUOUS_STATUSES = frozenset({500, 502, 504})
 KEEPALIVE_SECONDS = 4.0
+
+
+def _failure(e: BaseException) -> Outcome:
+    """The outcome of a request that got no answer."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return problem_outcome("retryable", "provider_error",
+                               f"cannot connect to the provider: {type(e).__name__}; "
+                               "nothing was sent", "http connect failed")
+    if isinstance(e, TimeoutError):
+        return problem_outcome("unknown", "provider_timeout",
+                               "the provider did not answer in time; the request may have "
+                               "reached it", "http timeout")
+    return problem_outcome("unknown", "provider_timeout",
+                           f"the connection to the provider was lost ({type(e).__name__}); "
+                           "the request may have reached it", "http connection lost")
 
 
 def forwarded_headers(caller: dict[str, str]) -> dict[str, str]:
@@ -59,6 +82,17 @@ def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> 
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
+class _GatedConnector(aiohttp.TCPConnector):
+    """Connections whose every write passes the attempt's gate (gate.py)."""
+
+    async def _create_connection(self, req: ClientRequest, traces: list[Trace],
+                                 timeout: aiohttp.ClientTimeout) -> ResponseHandler:
+        proto = await super()._create_connection(req, traces, timeout)
+        if proto.transport is not None:
+            proto.transport = gate.GatedTransport(proto.transport)  # type: ignore[assignment]
+        return proto
+
+
 class HttpProvider:
     def __init__(self, config: ProviderConfig, max_body_bytes: int) -> None:
         self.config = config
@@ -66,7 +100,7 @@ class HttpProvider:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=KEEPALIVE_SECONDS)
+        connector = _GatedConnector(limit=256, keepalive_timeout=KEEPALIVE_SECONDS)
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None),
             auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar(),
@@ -84,8 +118,10 @@ class HttpProvider:
             await self._session.close()
 
     def url(self, path: str, query: str) -> URL:
-        url = URL(f"{self.config.base_url}/{path}", encoded=True)
-        return url.with_query(query) if query else url
+        """The provider's URL for a path and a query as the caller sent them
+        (both still percent-encoded: neither is encoded again)."""
+        return URL(f"{self.config.base_url}/{path}" + (f"?{query}" if query else ""),
+                   encoded=True)
 
     def headers(self, call: ProviderCall) -> dict[str, str]:
         headers = forwarded_headers(call.headers)
@@ -107,6 +143,8 @@ class HttpProvider:
         assert self._session is not None, "provider not started"
         if not deadline.can_start():
             return too_late(self.config.name)
+        writes = gate.WriteGate(deadline)
+        token = gate.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 async with self._session.request(
@@ -115,19 +153,16 @@ class HttpProvider:
                 ) as resp:
                     body = await read_limited(resp.content, self.max_body_bytes)
                     return self._outcome(resp, body)
-        except aiohttp.ClientConnectorError as e:
-            return problem_outcome("retryable", "provider_error",
-                                   f"cannot connect to the provider: {type(e).__name__}; "
-                                   "nothing was sent", "http connect failed")
-        except TimeoutError:
-            return problem_outcome("unknown", "provider_timeout",
-                                   "the provider did not answer in time; the request may have "
-                                   "reached it", "http timeout")
-        except aiohttp.ClientError as e:
-            return problem_outcome("unknown", "provider_timeout",
-                                   f"the connection to the provider was lost "
-                                   f"({type(e).__name__}); the request may have reached it",
-                                   "http connection lost")
+        except (gate.GateClosed, aiohttp.ClientError, TimeoutError) as e:
+            if writes.closed:  # the deadline passed before (some of) the request left
+                return too_late(self.config.name, "the request to be written") \
+                    if writes.written == 0 else problem_outcome(
+                        "unknown", "provider_timeout", "the request was cut at the attempt's "
+                        "deadline after part of it was sent; its outcome is unknown",
+                        "http cut at the deadline")
+            return _failure(e)
+        finally:
+            gate.CURRENT.reset(token)
 
     def _outcome(self, resp: aiohttp.ClientResponse, body: bytes) -> Outcome:
         headers = {h: resp.headers[h] for h in KEPT_RESPONSE_HEADERS if h in resp.headers}
@@ -138,10 +173,11 @@ class HttpProvider:
             return problem_outcome("retryable", "provider_error",
                                    f"the provider answered {resp.status}; the key is free again",
                                    f"http {resp.status}", provider_status=resp.status)
-        if resp.status in UNKNOWN_STATUSES:
-            return problem_outcome("unknown", "provider_timeout",
-                                   f"the provider answered {resp.status} (a gateway in front of "
-                                   "it timed out): the request may have been acted on",
+        if resp.status in AMBIGUOUS_STATUSES:
+            code = "provider_timeout" if resp.status == 504 else "provider_outcome_unknown"
+            return problem_outcome("unknown", code,
+                                   f"the provider answered {resp.status}, which may come after "
+                                   "it acted: the outcome is unknown",
                                    f"http {resp.status}", provider_status=resp.status)
         kind: OutcomeKind = "failed" if resp.status >= 400 else "succeeded"
         return Outcome(kind, resp.status, body, headers, f"http {resp.status}")

@@ -21,6 +21,7 @@ from ..config import ProviderConfig
 from ..deadline import SEND_MARGIN_SECONDS, Deadline
 from ..idempotency import message_id
 from ..requests import EmailRequest
+from . import gate
 from .base import Outcome, ProviderCall, problem_outcome, too_late
 
 log = logging.getLogger("fencegate.gateway.smtp")
@@ -78,6 +79,15 @@ def _refusal(e: aiosmtplib.SMTPResponseException, step: str) -> Outcome:
                     "sent, retry later", f"smtp {e.code} at {step}", provider_status=e.code)
 
 
+def _gate(conn: aiosmtplib.SMTP) -> None:
+    """Pass every later write of this connection through the attempt's gate
+    (after any STARTTLS, which needs the bare transport)."""
+    protocol = conn.protocol
+    if protocol is not None and protocol.transport is not None \
+            and not isinstance(protocol.transport, gate.GatedTransport):
+        protocol.transport = gate.GatedTransport(protocol.transport)  # type: ignore[assignment]
+
+
 class SmtpProvider:
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
@@ -116,9 +126,15 @@ class SmtpProvider:
                 await self._slots.acquire()
         except TimeoutError:
             return too_late(self.config.name, "an SMTP connection")
+        writes = gate.WriteGate(deadline)
+        token = gate.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 return await self._deliver(call, sender, req.recipients, data, step, deadline)
+        except gate.GateClosed:
+            # refused before the message's final dot left: the server holds no
+            # complete message, and drops what it has with the connection
+            return too_late(self.config.name, "the SMTP conversation")
         except TimeoutError:
             if step[0] == "data":
                 return problem_outcome("unknown", "provider_timeout",
@@ -128,6 +144,7 @@ class SmtpProvider:
                             f"the SMTP server did not answer in time at {step[0]}; nothing "
                             "was sent", f"smtp timeout at {step[0]}")
         finally:
+            gate.CURRENT.reset(token)
             self._slots.release()
 
     async def _deliver(self, call: ProviderCall, sender: str, recipients: list[str],
@@ -161,6 +178,7 @@ class SmtpProvider:
     async def _converse(self, conn: aiosmtplib.SMTP, may_be_stale: bool, call: ProviderCall,
                         sender: str, recipients: list[str], data: bytes,
                         step: list[str], deadline: Deadline) -> Outcome:
+        _gate(conn)
         step[0] = "envelope"
         try:
             outcome = await self._envelope(conn, sender, recipients)

@@ -33,6 +33,14 @@ UPDATE fencegate_leases
  WHERE resource = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()
 RETURNING fence;
 
+-- name: abandon_claim
+-- Ends the lease of an owner made up for one claim whose answer was lost
+-- (nobody knows its fence). Only for such owners: they hold nothing else.
+UPDATE fencegate_leases
+   SET expires_at = clock_timestamp()
+ WHERE resource = $1 AND owner = $2 AND expires_at > clock_timestamp()
+RETURNING fence;
+
 -- name: show_lease
 SELECT resource, owner, fence, expires_at, expires_at > clock_timestamp() AS live,
        inflight
@@ -113,6 +121,11 @@ DELETE FROM fencegate_effects
                  AND updated_at < clock_timestamp() - make_interval(secs => $1::float8)
                ORDER BY updated_at
                LIMIT $2);
+
+-- name: purge_abandoned_attempts
+-- Nonces of abandoned attempts older than $1 seconds: no statement lives that long.
+DELETE FROM fencegate_abandoned_attempts
+ WHERE created_at < clock_timestamp() - make_interval(secs => $1::float8);
 
 -- name: effects_awaiting_purge
 SELECT count(*) FROM fencegate_effects
@@ -215,25 +228,27 @@ SELECT state FROM failed;
 -- or the lease row moved on to another fence (someone claimed job:<queue>:<id>
 -- outside the queue), or it is gone. The next claim issues a new fence, so the
 -- old holder is refused at the gateway.
--- The candidates' lease rows are then locked and read again (their latest
--- version, after any renewal that held the lock), so a lease renewed an
--- instant before is not recovered.
+-- Read committed, step by step: `over` locks the candidate jobs and yields
+-- their latest version (a job recovered and claimed again meanwhile comes back
+-- with its new fence); `locked` then locks each one's lease row and reads its
+-- latest version too, so it compares the newest job fence with the newest
+-- lease: a lease renewed, or a job claimed again, an instant before is left
+-- alone. The UPDATE repeats the fence, in case.
 WITH over AS (
-    SELECT j.id
+    SELECT j.id, j.queue, j.fence
       FROM fencegate_jobs j
       LEFT JOIN fencegate_leases l ON l.resource = 'job:' || j.queue || ':' || j.id
      WHERE j.state = 'claimed' AND ($1::text IS NULL OR j.queue = $1)
        AND (l.resource IS NULL OR l.fence <> j.fence OR l.expires_at <= clock_timestamp())
        FOR UPDATE OF j SKIP LOCKED
 ), locked AS (
-    SELECT o.id
+    SELECT o.id, o.fence
       FROM over o
-      JOIN fencegate_jobs j ON j.id = o.id
       LEFT JOIN LATERAL (
           SELECT fence, expires_at FROM fencegate_leases
-           WHERE resource = 'job:' || j.queue || ':' || j.id
+           WHERE resource = 'job:' || o.queue || ':' || o.id
              FOR NO KEY UPDATE) l ON true
-     WHERE l.fence IS NULL OR l.fence <> j.fence OR l.expires_at <= clock_timestamp()
+     WHERE l.fence IS NULL OR l.fence <> o.fence OR l.expires_at <= clock_timestamp()
 )
 UPDATE fencegate_jobs j
    SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
@@ -241,7 +256,7 @@ UPDATE fencegate_jobs j
        run_at = clock_timestamp(),
        last_error = 'lease expired: the worker stopped renewing (crashed, killed or stalled)'
   FROM locked
- WHERE j.id = locked.id AND j.state = 'claimed'
+ WHERE j.id = locked.id AND j.state = 'claimed' AND j.fence = locked.fence
 RETURNING j.id, j.queue, j.state;
 
 -- name: replay_jobs
@@ -302,8 +317,11 @@ SELECT id FROM done;
 -- oldest first, with their leases. Deleting job:<queue>:<id> cannot let a
 -- fence go back: a job id is never reused (an identity column), so the queue
 -- never claims that resource again, and any claim of it from elsewhere gets a
--- fence floored at the database clock, above every fence issued before. A lease still live or
--- holding an effect in flight is left alone (and so is its job, until then).
+-- fence floored at the database clock, above every fence issued before.
+-- A lease still live or holding an effect in flight is left alone, and so is
+-- its job, until a later pass. The DELETE of the lease states that condition
+-- itself: it is checked again on the row's newest version after any lock it
+-- waited for (a claim of the resource committing during the purge).
 WITH old AS (
     SELECT id, queue FROM fencegate_jobs
      WHERE state IN ('completed', 'dead') AND queue = $3
@@ -311,20 +329,20 @@ WITH old AS (
      ORDER BY finished_at
      LIMIT $2
        FOR UPDATE SKIP LOCKED
-), busy AS (
-    SELECT o.id FROM old o
-      JOIN fencegate_leases l ON l.resource = 'job:' || o.queue || ':' || o.id
-     WHERE l.expires_at > clock_timestamp()
-        OR (l.inflight > 0 AND l.drain_until > clock_timestamp())
 ), leases_gone AS (
     DELETE FROM fencegate_leases l
      USING old o
      WHERE l.resource = 'job:' || o.queue || ':' || o.id
-       AND o.id NOT IN (SELECT id FROM busy)
+       AND l.expires_at <= clock_timestamp()
+       AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
+    RETURNING l.resource
 )
 DELETE FROM fencegate_jobs j
  USING old o
- WHERE j.id = o.id AND o.id NOT IN (SELECT id FROM busy);
+ WHERE j.id = o.id
+   AND ('job:' || o.queue || ':' || o.id IN (SELECT resource FROM leases_gone)
+        OR NOT EXISTS (SELECT 1 FROM fencegate_leases l
+                        WHERE l.resource = 'job:' || o.queue || ':' || o.id));
 
 -- name: jobs_awaiting_purge
 -- every queue's: what the fencegate_rows_awaiting_purge gauge shows

@@ -183,7 +183,7 @@ async def test_an_unknown_outcome_holds_the_drain_barrier_until_its_deadline(
     next fence must not be granted before the effect's deadline. (Found while
     writing the chaos suite's checker: releasing the barrier at the timeout let
     bytes already sent land after the next claim.)"""
-    from gateway.ledger import BARRIER_GRACE_SECONDS
+    from gateway.config import DEFAULT_BARRIER_GRACE_SECONDS
 
     gw = await make_gw(database_timeout_seconds=0.5)
     b = LeaseClient(pool=gw.pool, owner="worker-b")
@@ -198,5 +198,5 @@ async def test_an_unknown_outcome_holds_the_drain_barrier_until_its_deadline(
     won_at, _ = await _claim_until_won(b, "run:late", limit=10)
     # the database's deadline: the gateway's budget (database answer, then the
     # provider's timeout), counted from no earlier than the request, plus a grace
-    assert won_at - sent_at >= 0.5 + PROVIDER_TIMEOUT + BARRIER_GRACE_SECONDS
+    assert won_at - sent_at >= 0.5 + PROVIDER_TIMEOUT + DEFAULT_BARRIER_GRACE_SECONDS
     assert gw.hook.deliveries[0].received_at < won_at

@@ -21,7 +21,7 @@ from tests.integration.conftest import API_KEY, gateway_config
 
 #: a stop-the-world pause of the gateway process (SIGSTOP, a VM freeze, swap,
 #: a CFS throttle): longer than the database timeout + provider timeout +
-#: BARRIER_GRACE_SECONDS of this configuration (0.1 + 1.0 + 2.0), and shorter
+#: barrier_grace_seconds of this configuration (0.1 + 1.0 + 2.0), and shorter
 #: than the provider connection's keep-alive (4 s)
 PAUSE_SECONDS = 3.7
 

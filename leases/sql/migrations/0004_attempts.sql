@@ -13,9 +13,20 @@
 
 ALTER TABLE fencegate_effects ADD COLUMN attempt bigint;
 
+-- Attempts the gateway gave up on before it learnt whether their admission
+-- committed (its answer was lost): freed by nonce, and remembered here so an
+-- admission whose packets arrive even later is refused rather than left in
+-- flight for nobody. Kept a day (the gateway's purge), far past any delay a
+-- statement survives in a connection.
+CREATE TABLE fencegate_abandoned_attempts (
+    attempt    bigint      PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
 -- verdicts: admitted | replay | the problem code of every refusal
 --           (stale_fence, lease_expired, no_lease, invalid_fence,
 --            idempotency_key_reused, effect_in_progress, effect_outcome_unknown)
+--           | abandoned (the gateway gave this attempt up: nobody will send it)
 --
 -- p_deadline_seconds: how long, from now by this database's clock, an
 -- attempt may still reach the provider. The gateway derives it from its own
@@ -41,10 +52,16 @@ DECLARE
     now_ timestamptz;
     deadline_ timestamptz;
 BEGIN
-    -- The lock serialises this admission with claims of the same resource.
+    -- The lock serialises this admission with claims of the same resource,
+    -- and with the free of an abandoned attempt (which takes it too).
     SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'no_lease', NULL::bigint, NULL::bigint, NULL::float8,
+                            NULL::int, NULL::jsonb, NULL::bytea;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM fencegate_abandoned_attempts WHERE attempt = p_attempt) THEN
+        RETURN QUERY SELECT 'abandoned', NULL::bigint, NULL::bigint, NULL::float8,
                             NULL::int, NULL::jsonb, NULL::bytea;
         RETURN;
     END IF;
@@ -131,7 +148,9 @@ $$;
 --   unknown   the outcome is unknown (or a resend was not made: the first
 --             attempt may have landed, so the key is not free)
 --   gone      nothing matched: already ended (a retry of this call), or
---             replaced by a later attempt
+--             replaced by a later attempt, or (for a free) never admitted:
+--             then the nonce is remembered as abandoned, so an admission
+--             arriving later still is refused
 -- Only a definite end releases the attempt's place in the drain barrier; an
 -- unknown one may still be landing and holds it until its deadline. The lease
 -- row is locked first, in the same order as admission, so the two cannot
@@ -182,6 +201,10 @@ BEGIN
         answer := 'recorded';
     END IF;
     IF NOT FOUND THEN
+        IF p_state = 'free' THEN
+            INSERT INTO fencegate_abandoned_attempts (attempt) VALUES (p_attempt)
+            ON CONFLICT DO NOTHING;
+        END IF;
         RETURN 'gone';
     END IF;
     UPDATE fencegate_leases SET inflight = inflight - 1
