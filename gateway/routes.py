@@ -300,15 +300,16 @@ async def healthz(request: web.Request) -> web.StreamResponse:
 async def readyz(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
 
-    async def version() -> int:
+    async def state() -> migrate.SchemaState:
         async with gw.pool.acquire() as conn:
-            return await migrate.applied_version(conn)
+            return await migrate.schema_state(conn)
 
-    found = await gw.ledger.call(version)
-    if found != migrate.latest_version():
-        raise Problem("unavailable", f"the database is at schema version {found}, "
-                      f"this gateway needs {migrate.latest_version()}")
-    return web.json_response({"status": "ready", "schema_version": found})
+    found = await gw.ledger.call(state)
+    why = migrate.usable(found, migrate.latest_version())
+    if why is not None:
+        raise Problem("unavailable", why)
+    return web.json_response({"status": "ready", "schema_version": found.version,
+                              "code_schema_version": migrate.latest_version()})
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:

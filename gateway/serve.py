@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.process
 import os
 import signal
+import sys
 import tempfile
+import time
 
 from aiohttp import web
 
@@ -15,6 +20,8 @@ from leases import database, migrate
 from . import logs
 from .app import build_app
 from .config import Config, load
+
+log = logging.getLogger("fencegate.serve")
 
 
 def database_url(config: Config) -> str:
@@ -38,12 +45,22 @@ def _run_worker(config_path: str, dsn: str, processes: int) -> None:
                 access_log=None, reuse_port=processes > 1)
 
 
+#: a worker process that dies is replaced after this long, doubling while
+#: replacements keep dying young, up to RESTART_MAX_SECONDS
+RESTART_MIN_SECONDS = 0.5
+RESTART_MAX_SECONDS = 30.0
+#: a worker that lived this long was healthy: its replacement starts at once
+HEALTHY_SECONDS = 60.0
+
+
 def serve(config_path: str, workers: int = 1) -> int:
     """Run the gateway until SIGINT or SIGTERM."""
     logs.setup()
     config = load(config_path)
     dsn = database_url(config)
     asyncio.run(migrate.migrate_dsn(dsn))  # once, before any worker takes traffic
+    print(f"fencegate: serving on http://{config.server.host}:{config.server.port} "
+          f"({workers} process{'es' if workers > 1 else ''})", file=sys.stderr, flush=True)
     if workers <= 1:
         _run_worker(config_path, dsn, 1)
         return 0
@@ -51,19 +68,58 @@ def serve(config_path: str, workers: int = 1) -> int:
     # Metrics are summed across them through prometheus_client's multiprocess
     # mode, which must be on before a worker imports it: hence spawn, not fork.
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="fencegate-prom-")
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_run_worker, args=(config_path, dsn, workers))
-             for _ in range(workers)]
-    for p in procs:
-        p.start()
+    return Supervisor(config_path, dsn, workers).run()
 
-    def stop(signum: int, frame: object) -> None:
-        for p in procs:
+
+class Supervisor:
+    """Keeps ``workers`` serving processes up: one that dies is replaced (after
+    a backoff while replacements keep dying young), until SIGTERM or SIGINT,
+    which it passes on before waiting for them all."""
+
+    def __init__(self, config_path: str, dsn: str, workers: int) -> None:
+        self.ctx = multiprocessing.get_context("spawn")
+        self.args = (config_path, dsn, workers)
+        self.workers = workers
+        self.procs: dict[int, tuple[multiprocessing.process.BaseProcess, float]] = {}
+        self.stopping = False
+        self.delay = RESTART_MIN_SECONDS
+
+    def _start(self) -> None:
+        p = self.ctx.Process(target=_run_worker, args=self.args)
+        p.start()
+        assert p.pid is not None
+        self.procs[p.pid] = (p, time.monotonic())
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+        for p, _ in self.procs.values():
             if p.pid is not None and p.is_alive():
                 os.kill(p.pid, signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    for p in procs:
-        p.join()
-    return 0
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < end:
+            time.sleep(min(0.1, end - time.monotonic()))
+
+    def run(self) -> int:
+        for _ in range(self.workers):
+            self._start()
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        while self.procs:
+            sentinels = {p.sentinel: pid for pid, (p, _) in self.procs.items()}
+            for ready in multiprocessing.connection.wait(list(sentinels), timeout=1.0):
+                pid = sentinels[ready]  # type: ignore[index]
+                proc, started = self.procs.pop(pid)
+                proc.join()
+                if self.stopping:
+                    continue
+                lived = time.monotonic() - started
+                log.error("a serving process exited; replacing it", extra={
+                    "pid": pid, "exitcode": proc.exitcode, "lived_seconds": round(lived, 1)})
+                self.delay = RESTART_MIN_SECONDS if lived >= HEALTHY_SECONDS \
+                    else min(RESTART_MAX_SECONDS, self.delay * 2)
+                self._sleep(self.delay if lived < HEALTHY_SECONDS else 0)
+                if not self.stopping:
+                    self._start()
+        return 0

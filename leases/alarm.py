@@ -7,12 +7,22 @@ before the keeper's deadline, so the block would run one more step before the
 keeper could cancel it.
 
 On Linux the alarm is a timerfd on CLOCK_BOOTTIME (through libc: the os
-module has it only from Python 3.13), watched by the event loop
-like a socket. It becomes readable the moment the deadline passes (suspend
-included), and on resume the loop sees it among the I/O events, which it
-handles before the timers that fell due: the lease is declared lost and the
-block cancelled before its next step. Elsewhere (no timerfd) it falls back to
-an ordinary loop timer, which gives the weaker ordering above.
+module has it only from Python 3.13), watched by the event loop like a
+socket. It becomes readable the moment the deadline passes (suspend
+included), and when the loop next polls, it sees it among the I/O events,
+which it handles before the timers that fell due: the lease is declared lost
+and the block cancelled before its next step.
+
+One pause escapes that: SIGSTOP. Its SIGCONT interrupts the loop's poll,
+and when the poll's own timeout has passed by then, Python's selector (and
+libuv, under uvloop) returns no events at all and runs the due timers first.
+So the first alarm also installs a SIGCONT handler (only if the process has
+none, only from the main thread): Python runs it inside that interrupted
+poll (or at the first Python callback under uvloop), before any timer's
+callback, and it fires every alarm whose time has passed.
+
+Elsewhere (no timerfd) the alarm falls back to an ordinary loop timer, which
+gives the weaker ordering described first.
 """
 
 from __future__ import annotations
@@ -22,7 +32,10 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import signal
+import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from . import clock
@@ -75,6 +88,29 @@ def _arm(fd: int, when: float) -> None:
         raise OSError(err, os.strerror(err))
 
 
+_armed: weakref.WeakSet[Alarm] = weakref.WeakSet()
+_sigcont_installed = False
+
+
+def _on_sigcont(signum: int, frame: object) -> None:
+    """The process was stopped and has just continued: fire every alarm that
+    came due meanwhile, before the event loop runs anything else."""
+    for alarm in list(_armed):
+        alarm.fire_if_due()
+
+
+def _install_sigcont() -> None:
+    global _sigcont_installed
+    if _sigcont_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _sigcont_installed = True
+    try:
+        if signal.getsignal(signal.SIGCONT) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGCONT, _on_sigcont)  # continuing stays the default
+    except (ValueError, OSError, AttributeError):  # no SIGCONT here, or not allowed
+        pass
+
+
 class Alarm:
     """Calls ``callback`` once, at the first moment ``clock.now() >= when``.
 
@@ -90,6 +126,8 @@ class Alarm:
         self._done = False
         if self._fd is not None:
             self._loop.add_reader(self._fd, self._fired)
+        _install_sigcont()
+        _armed.add(self)
 
     @property
     def ordered_before_timers(self) -> bool:
@@ -108,6 +146,12 @@ class Alarm:
         delay = max(0.0, when - clock.now())
         self._handle = self._loop.call_at(self._loop.time() + delay, self._fired)
 
+    def fire_if_due(self) -> None:
+        """Fire now if the time has come (from the SIGCONT handler)."""
+        if not self._done and clock.now() >= self._when:
+            self.close()
+            self._callback()
+
     def _fired(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(BlockingIOError):
@@ -124,6 +168,7 @@ class Alarm:
         if self._done:
             return
         self._done = True
+        _armed.discard(self)
         if self._handle is not None:
             self._handle.cancel()
         if self._fd is not None:

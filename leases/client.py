@@ -158,13 +158,15 @@ class LeaseClient:
         )
 
     async def renew(
-        self, resource: str, owner: str, fence: int, ttl: float
+        self, resource: str, owner: str, fence: int, ttl: float, *, margin: float = 0.0
     ) -> dt.datetime | None:
         """Extend a live lease held by ``owner`` under ``fence``; its new expiry, or
-        ``None`` when the lease is no longer theirs."""
+        ``None`` when the lease is no longer theirs. With ``margin``, also
+        ``None`` once the lease is within ``margin`` seconds of its expiry (by
+        the database's clock): the holder has given up by then."""
         row = await self._fetchrow(
             "renew_lease", policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence), policy.check_ttl(ttl),
+            policy.check_fence(fence), policy.check_ttl(ttl), float(margin),
         )
         LEASE_RENEWALS.labels(result="ok" if row else "lost").inc()
         return None if row is None else row["expires_at"]
@@ -217,7 +219,10 @@ class LeaseClient:
 
     async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         give_up = clock.now() + lease.ttl * 2
-        if pending:
+        if pending:  # release now, and again once the renewal under way has settled
+            with contextlib.suppress(*UNREACHABLE_ERRORS):
+                await asyncio.wait_for(
+                    self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
             await asyncio.wait(pending, timeout=lease.ttl)
         while clock.now() < give_up:
             try:
@@ -318,7 +323,8 @@ class Lease:
         """Renew once now; raises ``LeaseLost`` when refused."""
         self.check()
         sent_at = clock.now()
-        expires_at = await self.client.renew(self.resource, self.owner, self.fence, self.ttl)
+        expires_at = await self.client.renew(self.resource, self.owner, self.fence, self.ttl,
+                                             margin=self.policy.margin)
         if expires_at is None:
             self._lose("taken", "renewal refused")
             self.check()
@@ -399,7 +405,8 @@ class Lease:
                 self._deadline_passed()
                 return
             attempt = loop.create_task(
-                self.client.renew(self.resource, self.owner, self.fence, self.ttl)
+                self.client.renew(self.resource, self.owner, self.fence, self.ttl,
+                                  margin=self.policy.margin)
             )
             self._renewing = attempt
             # Not wait_for: cancelling a query on a dead connection can itself

@@ -1,11 +1,21 @@
 """Schema migrations: versioned SQL files, applied once each, under a lock.
 
 Several processes may start at once; a session-level advisory lock makes the
-second wait for the first and then find nothing to do. A database migrated by a
-newer fencegate is refused rather than used.
+second wait for the first and then find nothing to do.
+
+Rolling upgrades: a migration is additive unless its file says otherwise
+(a line ``-- fencegate: breaks older code``): it adds tables, columns and
+functions, and keeps what older code calls. So a fencegate keeps working on a
+schema newer than its own, and stays ready while the new version rolls out
+(migrate first, then replace the processes). A schema that a breaking
+migration has passed is refused by every older fencegate, at start and in
+``/readyz``.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -19,7 +29,11 @@ CREATE TABLE IF NOT EXISTS fencegate_migrations (
     version    integer     PRIMARY KEY,
     name       text        NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)"""
+);
+ALTER TABLE fencegate_migrations ADD COLUMN IF NOT EXISTS breaking boolean NOT NULL
+    DEFAULT false;
+"""
+_BREAKING = re.compile(r"^-- fencegate: breaks older code\s*$", re.MULTILINE)
 
 
 def latest_version() -> int:
@@ -27,27 +41,51 @@ def latest_version() -> int:
     return sql.migrations()[-1][0]
 
 
+@dataclass(frozen=True)
+class SchemaState:
+    """What a database's migrations table says."""
+
+    version: int  #: the newest migration applied (0: none)
+    breaking: int  #: the newest breaking one (0: none)
+
+
 async def applied_version(conn: asyncpg.Connection) -> int:
     """The database's schema version, 0 when never migrated."""
+    return (await schema_state(conn)).version
+
+
+async def schema_state(conn: asyncpg.Connection) -> SchemaState:
     exists = await conn.fetchval("SELECT to_regclass('fencegate_migrations') IS NOT NULL")
     if not exists:
-        return 0
-    return int(await conn.fetchval("SELECT coalesce(max(version), 0) FROM fencegate_migrations"))
+        return SchemaState(0, 0)
+    has_breaking = await conn.fetchval(
+        "SELECT count(*) > 0 FROM information_schema.columns "
+        "WHERE table_name = 'fencegate_migrations' AND column_name = 'breaking'")
+    row = await conn.fetchrow(
+        "SELECT coalesce(max(version), 0) AS v, "
+        + ("coalesce(max(version) FILTER (WHERE breaking), 0)" if has_breaking else "0")
+        + " AS b FROM fencegate_migrations")
+    return SchemaState(int(row["v"]), int(row["b"]))
 
 
-def check_version(found: int) -> None:
+def usable(state: SchemaState, known: int) -> str | None:
+    """Why this code, which knows migrations up to ``known``, cannot run on a
+    schema in ``state``; None when it can. Pure."""
+    if state.version < known:
+        return (f"the database is at schema version {state.version}, this fencegate needs "
+                f"{known}: run `fencegate migrate`")
+    if state.breaking > known:
+        return (f"the database is at schema version {state.version}, and migration "
+                f"{state.breaking} is not compatible with this fencegate (it knows only up "
+                f"to {known}): upgrade fencegate before pointing it at this database")
+    return None
+
+
+def check_version(state: SchemaState) -> None:
     """Refuse a schema this code is too old or too new for."""
-    known = latest_version()
-    if found > known:
-        raise SchemaTooNew(
-            f"the database is at schema version {found}, but this fencegate knows only up to "
-            f"{known}: upgrade fencegate before pointing it at this database"
-        )
-    if found < known:
-        raise SchemaError(
-            f"the database is at schema version {found}, this fencegate needs {known}: "
-            "run `fencegate migrate`"
-        )
+    why = usable(state, latest_version())
+    if why is not None:
+        raise (SchemaTooNew if state.version > latest_version() else SchemaError)(why)
 
 
 async def migrate(conn: asyncpg.Connection) -> list[int]:
@@ -55,18 +93,19 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
         await conn.execute(_CREATE_TABLE)
-        current = await applied_version(conn)
-        if current > latest_version():
-            check_version(current)
+        state = await schema_state(conn)
+        if state.version > latest_version():
+            check_version(state)  # newer, but compatible: nothing to do
+            return []
         applied = []
         for version, name, text in sql.migrations():
-            if version <= current:
+            if version <= state.version:
                 continue
             async with conn.transaction():
                 await conn.execute(text)
                 await conn.execute(
-                    "INSERT INTO fencegate_migrations (version, name) VALUES ($1, $2)",
-                    version, name,
+                    "INSERT INTO fencegate_migrations (version, name, breaking) "
+                    "VALUES ($1, $2, $3)", version, name, bool(_BREAKING.search(text)),
                 )
             applied.append(version)
         return applied

@@ -21,9 +21,14 @@ ON CONFLICT (resource) DO UPDATE
 RETURNING resource, owner, fence, expires_at;
 
 -- name: renew_lease
+-- $5: the holder's safety margin. A renewal that arrives within it of the
+-- expiry comes too late for a holder that gives up that long before the
+-- expiry (the lease client does): it has already let go, so the renewal is
+-- refused rather than keep a lease nobody holds. (0 over HTTP: the expiry.)
 UPDATE fencegate_leases
    SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
- WHERE resource = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()
+ WHERE resource = $1 AND owner = $2 AND fence = $3
+   AND expires_at - make_interval(secs => $5::float8) > clock_timestamp()
 RETURNING resource, owner, fence, expires_at;
 
 -- name: release_lease

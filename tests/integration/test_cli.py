@@ -54,10 +54,14 @@ def test_bad_arguments_get_a_clear_error(dsn: str) -> None:
     assert "Traceback" not in out.stderr
 
 
-async def test_a_newer_schema_is_refused_with_a_clear_message(dsn: str) -> None:
+async def test_a_newer_schema_is_used_if_additive_and_refused_if_breaking(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     await conn.execute("INSERT INTO fencegate_migrations (version, name) VALUES (999, 'x')")
     await conn.close()
+    out = await asyncio.to_thread(run, dsn, "migrate")
+    assert out.returncode == 0, out.stderr  # newer, but additive: usable (a rolling upgrade)
+    async with asyncpg.create_pool(dsn) as p:
+        await p.execute("UPDATE fencegate_migrations SET breaking = true WHERE version = 999")
     out = await asyncio.to_thread(run, dsn, "migrate")
     assert out.returncode == 2 and "upgrade fencegate" in out.stderr
 
@@ -86,6 +90,21 @@ def test_demo_tells_the_zombie_story(dsn: str, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "refuses: 412 stale_fence" in out.stdout
     assert "received 1 message(s)" in out.stdout
+
+
+def _children(pid: int) -> list[int]:
+    """Live serving processes started by ``pid`` (from /proc; multiprocessing's
+    resource tracker is a child too, and is left out)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z" and b"resource_tracker" not in cmdline:
+            out.append(int(stat.parent.name))
+    return sorted(out)
 
 
 def _free_port() -> int:
@@ -149,8 +168,25 @@ port = {smtp.port}
                      if ln.startswith("fencegate_effects_total{")]
             total = sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
             assert total == 6
+            # a serving process that dies is replaced; the port keeps answering
+            first = _children(proc.pid)
+            assert len(first) == 2
+            os.kill(first[0], signal.SIGKILL)
+            for _ in range(100):
+                now = _children(proc.pid)
+                if len(now) == 2 and first[0] not in now:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(now) == 2 and first[0] not in now, (first, now)
+            for _ in range(100):
+                async with http.get(url + "/readyz") as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.1)
+            assert r.status == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+        assert _children(proc.pid) == []
     finally:
         if proc.poll() is None:
             proc.kill()
