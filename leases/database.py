@@ -85,7 +85,7 @@ def _check_major_version(data_dir: Path, bin_dir: Path, scratch: bool) -> None:
         return
     found = made_by.read_text().strip()
     version = subprocess.run([str(bin_dir / "postgres"), "--version"], check=True,
-                             capture_output=True, text=True).stdout  # "postgres (PostgreSQL) 18.1"
+                             capture_output=True, text=True).stdout  # "postgres (PostgreSQL) 18.6"
     major = version.split()[-1].split(".")[0]
     if found == major:
         return
@@ -93,7 +93,7 @@ def _check_major_version(data_dir: Path, bin_dir: Path, scratch: bool) -> None:
         shutil.rmtree(data_dir)
         return
     raise EmbeddedDatabaseUnavailable(
-        f"{data_dir} holds a PostgreSQL {found} database, made by an earlier fencegate; "
+        f"{data_dir} holds a PostgreSQL {found} database, made by another fencegate version; "
         f"the embedded server is PostgreSQL {major} and cannot open it. It holds only local "
         f"dev data: delete the folder (stop whatever still uses it first) to start afresh, or "
         f"set {DATABASE_URL_ENV} to a PostgreSQL {found} server."
