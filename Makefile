@@ -25,8 +25,9 @@ EXTRAS := dev$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
 BENCH_STAMP := $(VENV)/.installed-bench
+DEPLOY_STAMP := $(VENV)/.installed-deploy
 
-.PHONY: run test test-all lint chaos bench clean
+.PHONY: run test test-all lint chaos bench deploy-check clean
 
 $(BIN)/python:
 	@$(if $(filter $(PYTHON_VERSION),$(PYTHONS)),:,echo "fencegate runs on Python \
@@ -78,6 +79,18 @@ chaos: $(STAMP)
 # writes bench/RESULTS.md; BENCH_SECONDS sets each timed phase (default 5)
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run
+
+$(DEPLOY_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),deploy]'
+	touch $(DEPLOY_STAMP)
+
+# validates everything in deploy/ with real tools, then scrapes a real gateway and
+# worker with a real Prometheus through a zombie (about a minute; installs Debian's
+# prometheus into .venv and docker-compose when missing). Not part of `make test`.
+deploy-check: $(DEPLOY_STAMP)
+	PATH="$$(deploy/check/tools.sh)" && export PATH && \
+	$(BIN)/python deploy/check/static.py && \
+	$(BIN)/python deploy/check/scrape.py
 
 clean:
 	rm -rf .venv .venv-* .fencegate

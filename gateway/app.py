@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from leases import LeaseClient, database, migrate
+from leases.metrics import AWAITING_PURGE
+from leases.observe import QueueCollector
 
 from .auth import Authenticator
 from .config import Config
 from .ledger import Ledger
-from .metrics import HTTP_DURATION
+from .metrics import HTTP_DURATION, start_at_zero
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
@@ -38,7 +40,6 @@ def _route_of(request: web.Request) -> Route | None:
 @web.middleware
 async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error becomes a problem document; nothing internal reaches the caller."""
-    _route_of(request)
     try:
         return await handler(request)
     except Problem as p:
@@ -52,8 +53,9 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
             raise
         response = Problem("bad_request", exc.reason or "bad request").response()
     except Exception as exc:
-        log.error("unhandled error", extra={"path": request.path, "error": type(exc).__name__},
-                  exc_info=True)
+        log.error("unhandled error: %s", exc, extra={
+            "path": request.path, "method": request.method, "error": type(exc).__name__},
+            exc_info=True)
         response = Problem("internal_error", "the gateway failed; nothing more is known to "
                            "the caller, the operator has the log").response()
     return response
@@ -108,11 +110,22 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         if migrate_on_start:
             await migrate.migrate_dsn(dsn)
-        pool = await database.create_pool(dsn, min_size=2, max_size=POOL_SIZE)
+        db_timeout = config.server.database_timeout_seconds
+        pool = await database.create_pool(
+            dsn, min_size=2, max_size=POOL_SIZE,
+            # no statement outlives the gateway's wait for it: an admission the
+            # gateway gave up on has ended, one way or the other, soon after
+            server_settings={"statement_timeout": str(int(db_timeout * 1000))},
+            # bounds asyncpg's cancellation of a query we stopped waiting for:
+            # without it, a connection whose answers are lost holds the request
+            # (and the pool slot) for a minute
+            command_timeout=db_timeout)
         gw = Gateway(config=config, pool=pool,
                      ledger=Ledger(pool, config.server.database_timeout_seconds),
                      leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
                      providers=make_providers(config), rate_share=1 / processes)
+        gw.observer = QueueCollector(gw.leases,
+                                     timeout=config.server.database_timeout_seconds)
         for provider in gw.providers.values():
             await provider.start()
         app[GATEWAY] = gw
@@ -129,14 +142,24 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             await pool.close()
 
     app.cleanup_ctx.append(lifecycle)
+    start_at_zero(config.providers)
     return app
 
 
 async def _purge_loop(gw: Gateway) -> None:
-    """Drop finished effects past retention; in-flight and unknown ones stay."""
+    """Drop finished effects past retention, in batches until caught up;
+    in-flight and unknown ones stay. Never dies: a failed pass is logged and
+    the next one tries again."""
+    retention = gw.config.server.effect_retention_seconds
     while True:
-        await asyncio.sleep(PURGE_INTERVAL_SECONDS)
         try:
-            await gw.ledger.purge(gw.config.server.effect_retention_seconds)
+            purged = await gw.ledger.purge(retention)
+            AWAITING_PURGE.labels(table="effects").set(await gw.ledger.awaiting_purge(retention))
+            if purged:
+                log.info("purged finished effects", extra={"effects": purged})
         except Problem:
-            continue  # database down: try at the next pass
+            log.warning("purge skipped: database unreachable")
+        except Exception as exc:
+            log.error("purge failed: %s", exc, extra={"error": type(exc).__name__},
+                      exc_info=True)
+        await asyncio.sleep(PURGE_INTERVAL_SECONDS)

@@ -16,7 +16,7 @@ def key_sha256(api_key: str) -> str:
 
 class Authenticator:
     def __init__(self, clients: tuple[ClientConfig, ...]) -> None:
-        self._by_hash = {c.key_sha256: c for c in clients}
+        self._by_hash = {key: c for c in clients for key in c.keys_sha256}
 
     def client(self, authorization: str | None) -> ClientConfig:
         """The client behind an ``Authorization: Bearer`` header, or 401."""

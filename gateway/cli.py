@@ -86,9 +86,19 @@ def _effects(args: argparse.Namespace) -> int:
                     for r in rows) or "no effects")
             return 0
         ok = await ledger.resolve(args.client, args.key, args.outcome)
-        leases_cli.emit(args, {"idempotency_key": args.key, "resolved": ok},
-                        f"{args.key}: resolved as {args.outcome}" if ok else
-                        f"{args.key}: not awaiting resolution (not unknown)")
+        if ok:
+            text = f"{args.key}: resolved as {args.outcome}"
+        else:
+            effect = await ledger.show(args.client, args.key)
+            if effect is None:
+                text = f"{args.key}: no such effect for client {args.client}"
+            elif effect["state"] in ("in_flight", "unknown") and \
+                    effect["resolvable_in_seconds"]:
+                text = (f"{args.key}: an attempt may still be under way; resolvable in "
+                        f"{effect['resolvable_in_seconds']:.1f} s")
+            else:
+                text = f"{args.key}: not awaiting resolution (it is {effect['state']})"
+        leases_cli.emit(args, {"idempotency_key": args.key, "resolved": ok}, text)
         return 0 if ok else 1
 
     return leases_cli.run_with_pool(run)

@@ -5,6 +5,7 @@ Every error names the file and the key that is wrong.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import tomllib
@@ -22,6 +23,7 @@ DEFAULT_RATE_LIMIT_PER_SECOND = 50.0
 DEFAULT_HTTP_IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_DATABASE_TIMEOUT_SECONDS = 5.0
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
 DEFAULT_SMTP_POOL_SIZE = 4
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -42,6 +44,8 @@ class ServerConfig:
     effect_retention_seconds: float = DEFAULT_RETENTION_SECONDS
     #: a database call slower than this fails closed (503)
     database_timeout_seconds: float = DEFAULT_DATABASE_TIMEOUT_SECONDS
+    #: a request body that takes longer than this to arrive is refused (408)
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,12 @@ class ClientConfig:
     name: str
     key_sha256: str
     resources: tuple[str, ...]
+    #: more API keys of the same client, accepted alike: a key being rotated in or out
+    more_keys_sha256: tuple[str, ...] = ()
+
+    @property
+    def keys_sha256(self) -> tuple[str, ...]:
+        return (self.key_sha256, *self.more_keys_sha256)
 
 
 @dataclass(frozen=True)
@@ -152,7 +162,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 def _server(source: str, raw: Any) -> ServerConfig:
     r = _Reader(source, "server", raw)
     r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds",
-                     "database_timeout_seconds"})
+                     "database_timeout_seconds", "body_timeout_seconds"})
     return ServerConfig(
         host=r.get("host", str, DEFAULT_HOST),
         port=int(r.number("port", DEFAULT_PORT, 0, 65535)),
@@ -163,27 +173,48 @@ def _server(source: str, raw: Any) -> ServerConfig:
         database_timeout_seconds=r.number(
             "database_timeout_seconds", DEFAULT_DATABASE_TIMEOUT_SECONDS, 0.1, 300
         ),
+        body_timeout_seconds=r.number(
+            "body_timeout_seconds", DEFAULT_BODY_TIMEOUT_SECONDS, 0.1, 3600
+        ),
     )
 
 
 def _client(source: str, index: int, raw: Any) -> ClientConfig:
     r = _Reader(source, f"clients[{index}]", raw)
-    r.check_unknown({"name", "key_sha256", "resources"})
+    r.check_unknown({"name", "key_sha256", "key_sha256_env", "resources"})
     name = r.get("name", str, required=True)
     if not _NAME.fullmatch(name):
         raise r.error("name", "must be 1 to 64 of A-Z a-z 0-9 _ -")
-    key = r.get("key_sha256", str, required=True).lower()
-    if not _SHA256.fullmatch(key):
-        raise r.error("key_sha256", "must be 64 hex digits (sha256 of the API key)")
+    keys = _client_keys(r)
     resources = r.get("resources", list, required=True)
     if not resources or not all(isinstance(p, str) and p for p in resources):
         raise r.error("resources", "must be a non-empty list of patterns such as \"run:*\"")
-    return ClientConfig(name, key, tuple(resources))
+    return ClientConfig(name, keys[0], tuple(resources), keys[1:])
+
+
+def _client_keys(r: _Reader) -> tuple[str, ...]:
+    """``key_sha256`` (one hash, or a list: rotation) or ``key_sha256_env`` (an
+    environment variable holding hashes separated by commas or spaces)."""
+    if ("key_sha256" in r.table) == ("key_sha256_env" in r.table):
+        raise r.error("key_sha256", "give either key_sha256 or key_sha256_env")
+    if "key_sha256" in r.table:
+        where, raw = "key_sha256", r.get("key_sha256", (str, list))
+        found = [raw] if isinstance(raw, str) else raw
+    else:
+        where, env = "key_sha256_env", r.secret("key_sha256_env")
+        found = (env or "").replace(",", " ").split()
+    keys = tuple(k.lower() for k in found if isinstance(k, str))
+    if not keys or len(keys) != len(found) or not all(_SHA256.fullmatch(k) for k in keys):
+        raise r.error(where, "must be 64 hex digits (sha256 of the API key), or several")
+    if len(set(keys)) != len(keys):
+        raise r.error(where, "repeats a key")
+    return keys
 
 
 _COMMON = {"kind", "timeout_seconds", "rate_limit_per_second", "idempotency_header",
            "idempotency_window_seconds"}
-_SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size", "ca_file"}
+_SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size", "ca_file",
+         "allow_plaintext_auth"}
 _HTTP = {"base_url", "signing_secret_env", "authorization_env"}
 
 
@@ -210,28 +241,50 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
         "idempotency_window_seconds": r.number("idempotency_window_seconds", 0, 0, 366 * 86400),
     }
     if kind == "smtp":
-        tls = r.get("tls", str, "none")
-        if tls not in ("none", "starttls", "tls"):
-            raise r.error("tls", 'must be "none", "starttls" or "tls"')
-        return ProviderConfig(
-            **common,
-            host=r.get("host", str, required=True),
-            port=int(r.number("port", 465 if tls == "tls" else 25, 1, 65535)),
-            tls=tls,
-            username=r.secret("username_env"),
-            password=r.secret("password_env"),
-            pool_size=int(r.number("pool_size", DEFAULT_SMTP_POOL_SIZE, 1, 256)),
-            ca_file=_existing_file(r, "ca_file"),
-        )
+        return _smtp(r, common)
     base_url = r.get("base_url", str, required=True)
     parts = urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise r.error("base_url", "must be an absolute http:// or https:// URL")
     if parts.query or parts.fragment:
         raise r.error("base_url", "must not have a query or a fragment")
-    return ProviderConfig(**common, base_url=base_url.rstrip("/"),
-                          signing_secret=r.secret("signing_secret_env"),
+    secret = r.secret("signing_secret_env")
+    if secret is not None:
+        try:
+            signing_key(secret)
+        except ValueError:
+            raise r.error("signing_secret_env", "names a secret that is not base64 (with or "
+                          "without the whsec_ prefix), as Standard Webhooks secrets are") \
+                from None
+    return ProviderConfig(**common, base_url=base_url.rstrip("/"), signing_secret=secret,
                           authorization=r.secret("authorization_env"))
+
+
+def _smtp(r: _Reader, common: dict[str, Any]) -> ProviderConfig:
+    tls = r.get("tls", str, "none")
+    if tls not in ("none", "starttls", "tls"):
+        raise r.error("tls", 'must be "none", "starttls" or "tls"')
+    username, password = r.secret("username_env"), r.secret("password_env")
+    if tls == "none" and (username or password) and not r.get("allow_plaintext_auth", bool):
+        raise r.error("tls", '"none" would send the SMTP password in clear text: use '
+                      '"starttls" or "tls", or set allow_plaintext_auth = true (a relay on '
+                      "loopback)")
+    return ProviderConfig(
+        **common,
+        host=r.get("host", str, required=True),
+        port=int(r.number("port", 465 if tls == "tls" else 25, 1, 65535)),
+        tls=tls,
+        username=username,
+        password=password,
+        pool_size=int(r.number("pool_size", DEFAULT_SMTP_POOL_SIZE, 1, 256)),
+        ca_file=_existing_file(r, "ca_file"),
+    )
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of a Standard Webhooks secret: base64, ``whsec_`` optional
+    (what the reference library does). ValueError if it is not base64."""
+    return base64.b64decode(secret.removeprefix("whsec_"), validate=True)
 
 
 def _existing_file(r: _Reader, key: str) -> str | None:
@@ -253,7 +306,8 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     names = [c.name for c in clients]
     if len(set(names)) != len(names):
         raise top.error("clients", "client names must be unique")
-    if len({c.key_sha256 for c in clients}) != len(clients):
+    hashes = [k for c in clients for k in c.keys_sha256]
+    if len(set(hashes)) != len(hashes):
         raise top.error("clients", "two clients share one API key")
     raw_providers = top.get("providers", dict, {})
     providers = {name: _provider(source, name, raw) for name, raw in raw_providers.items()}

@@ -3,6 +3,14 @@
     request ─▶ admission ─┬─ refused (412 fence, 409 in progress/unknown, 422 reuse)
                           ├─ replay of a finished effect (nothing sent)
                           └─ admitted ─▶ rate limit ─▶ provider ─▶ finish ─▶ answer
+
+The drain barrier rests on one local deadline per attempt, taken before the
+admission is sent: everything after it (the admission's answer, the wait for
+a provider connection, the send) must end by then, and no send starts within
+a margin of it. The database holds the attempt's place in the barrier until
+its own deadline, computed from its clock when it admitted the attempt
+(never earlier than our start) plus the same budget and a grace: so it
+always outlasts ours, whatever the database's or the pool's delays.
 """
 
 from __future__ import annotations
@@ -13,11 +21,14 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from leases import clock
+
 from . import idempotency
-from .ledger import DEADLINE_SLACK_SECONDS, Admission, FinalState, StoredAnswer
+from .deadline import Deadline
+from .ledger import BARRIER_GRACE_SECONDS, Admission, FinalState, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, PROVIDER_DURATION
 from .problems import Problem
-from .providers import Outcome, Provider, ProviderCall
+from .providers import Outcome, Provider, ProviderCall, too_late
 from .ratelimit import TokenBucket, retry_after_header
 from .requests import FenceHeaders
 from .state import Gateway
@@ -78,14 +89,14 @@ def _refusal(effect: Effect, admission: Admission) -> web.Response:
         if verdict == "stale_fence":
             problem.extra["current_fence"] = admission.current_fence
         raise problem
-    if verdict == "key_reused":
+    if verdict == "idempotency_key_reused":
         raise Problem("idempotency_key_reused",
                       "this Idempotency-Key was used with a different request")
-    if verdict == "in_progress":
+    if verdict == "effect_in_progress":
         EFFECTS.labels(provider=name, outcome="in_progress").inc()
         raise Problem("effect_in_progress", "an attempt with this Idempotency-Key is in flight",
                       headers={"Retry-After": retry_after_header(admission.retry_after or 1)})
-    if verdict == "outcome_unknown":
+    if verdict == "effect_outcome_unknown":
         raise Problem("effect_outcome_unknown",
                       "an earlier attempt with this Idempotency-Key may or may not have reached "
                       "the provider; an operator must resolve it "
@@ -110,38 +121,57 @@ def _bucket(gw: Gateway, provider: Provider) -> TokenBucket:
     return gw.buckets[name]
 
 
+def budget_seconds(gw: Gateway, provider: Provider) -> float:
+    """From the admission's sending to the end of the send: the database's
+    answer (bounded by its timeout), then the provider's timeout."""
+    return gw.config.server.database_timeout_seconds + provider.config.timeout_seconds
+
+
 async def run(gw: Gateway, effect: Effect) -> web.Response:
     """Take one effect through admission, the provider and the ledger."""
     provider = effect.provider
     cfg = provider.config
     f = effect.fence
     started = time.monotonic()
-    admission = await gw.ledger.admit(
-        effect.client, f.key, effect.fingerprint, f.resource, f.fence, cfg.name,
-        cfg.timeout_seconds + DEADLINE_SLACK_SECONDS, cfg.retry_window_seconds,
-    )
+    budget = budget_seconds(gw, provider)
+    deadline = Deadline(clock.now() + budget)  # before the admission is sent
+    attempt = new_attempt()
+    try:
+        admission = await gw.ledger.admit(
+            effect.client, f.key, effect.fingerprint, f.resource, f.fence, cfg.name, attempt,
+            budget + BARRIER_GRACE_SECONDS, cfg.retry_window_seconds,
+        )
+    except Problem:
+        # no answer: the admission may have committed all the same
+        gw.ledger.free_unsent(effect.client, f.key, attempt, f.resource)
+        raise
     if admission.verdict != "admitted":
         _log(effect, admission.verdict, started)
         return _refusal(effect, admission)
-    assert admission.effect_id is not None
+
+    async def end(state: FinalState, answer: StoredAnswer | None, summary: str | None) -> None:
+        await gw.ledger.finish(effect.client, f.key, attempt, f.resource, state, answer,
+                               summary)
 
     wait = _bucket(gw, provider).take(time.monotonic())
     if wait > 0:
-        await gw.ledger.finish(admission.effect_id, f.resource, f.fence, "free", None, None)
+        await end("free", None, None)
         EFFECTS.labels(provider=cfg.name, outcome="rate_limited").inc()
         _log(effect, "rate_limited", started)
         raise Problem("rate_limited", f"provider {cfg.name!r} is at its configured rate",
                       headers={"Retry-After": retry_after_header(wait)})
 
     sent_at = time.monotonic()
-    outcome: Outcome = await provider.send(effect.call)
+    outcome: Outcome = too_late(cfg.name) if not deadline.can_start() else \
+        await provider.send(effect.call, deadline)
     PROVIDER_DURATION.labels(provider=cfg.name).observe(time.monotonic() - sent_at)
 
     state, label = _RECORDED[outcome.kind]
+    if outcome.code == "overloaded":
+        label = "overloaded"
     stored = StoredAnswer(outcome.status, outcome.headers, outcome.body) \
         if outcome.kind in ("succeeded", "failed") else None
-    await gw.ledger.finish(admission.effect_id, f.resource, f.fence, state, stored,
-                           outcome.summary)
+    await end(state, stored, outcome.summary)
     EFFECTS.labels(provider=cfg.name, outcome=label).inc()
     _log(effect, label, started, summary=outcome.summary)
     return _answer(outcome.status, outcome.headers, outcome.body)

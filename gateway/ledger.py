@@ -1,6 +1,10 @@
 """The effect ledger: admission (fence check + key reservation, one round
 trip), the end of each attempt, and the operators' view. The statements live in
-``leases/sql/queries.sql`` with every other statement."""
+``leases/sql/queries.sql`` with every other statement.
+
+Every attempt carries a nonce of its own (``new_attempt``): its end is
+recorded against that nonce, once, however often the statement is retried.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import asyncio
 import datetime as dt
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import secrets
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -22,11 +27,27 @@ from .problems import Problem
 
 log = logging.getLogger("fencegate.gateway")
 
-#: an effect's deadline is its provider's timeout plus this
-DEADLINE_SLACK_SECONDS = 2.0
+#: the database holds an attempt's place in the drain barrier this much
+#: longer than the gateway's local deadline: bytes still on the wire when the
+#: gateway gave up, and the rates of two clocks
+BARRIER_GRACE_SECONDS = 2.0
+#: a resend inside a provider's idempotency window must end this long before
+#: the window does (our database's clock against the provider's)
+RESEND_MARGIN_SECONDS = 5.0
+#: an unknown effect can be resolved only this long after its last deadline
+RESOLVE_GRACE_SECONDS = 1.0
+#: how long an outcome that could not be recorded is retried in the background
+RECORD_RETRY_SECONDS = 60.0
 
 FinalState = Literal["succeeded", "failed", "unknown", "free"]
+#: what recording the end of an attempt did (see fencegate_finish_effect)
+Finished = Literal["recorded", "freed", "unknown", "gone"]
 T = TypeVar("T")
+
+
+def new_attempt() -> int:
+    """A nonce for one attempt: random, positive, 63 bits."""
+    return secrets.randbits(62) + 1
 
 
 @dataclass(frozen=True)
@@ -65,11 +86,16 @@ class Ledger:
                           headers={"Retry-After": "1"}) from None
 
     async def admit(self, client: str, key: str, fingerprint: bytes, resource: str,
-                    fence: int, provider: str, deadline_seconds: float,
+                    fence: int, provider: str, attempt: int, deadline_seconds: float,
                     retry_window_seconds: float) -> Admission:
+        """Check the fence and reserve the key for attempt ``attempt``; it may
+        reach the provider for ``deadline_seconds`` from the database's now.
+
+        If this raises ``Problem("unavailable")``, the statement may still
+        have committed: call ``free_unsent`` with the same nonce."""
         row = await self.call(lambda: self.pool.fetchrow(
             sql.query("admit_effect"), client, key, fingerprint, resource, fence, provider,
-            deadline_seconds, retry_window_seconds,
+            attempt, deadline_seconds, retry_window_seconds, RESEND_MARGIN_SECONDS,
         ))
         assert row is not None
         headers = row["response_headers"]
@@ -78,32 +104,68 @@ class Ledger:
                          json.loads(headers) if headers is not None else None,
                          row["response_body"])
 
-    async def finish(self, effect_id: int, resource: str, fence: int, state: FinalState,
-                     answer: StoredAnswer | None, summary: str | None) -> None:
-        """Record the end of an attempt. If the database is gone, keep trying in
-        the background: the caller already has the provider's answer."""
-        args = (effect_id, resource, fence, state,
+    def _args(self, client: str, key: str, attempt: int, resource: str, state: FinalState,
+              answer: StoredAnswer | None, summary: str | None) -> tuple[Any, ...]:
+        return (client, key, attempt, resource, state,
                 answer.status if answer else None,
                 json.dumps(answer.headers) if answer else None,
                 answer.body if answer else None, summary)
-        try:
-            await self.call(lambda: self.pool.fetchval(sql.query("finish_effect"), *args))
-        except Problem:
-            task = asyncio.get_running_loop().create_task(self._finish_later(args))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
 
-    async def _finish_later(self, args: tuple[Any, ...], attempts: int = 60) -> None:
-        for _ in range(attempts):
-            await asyncio.sleep(1)
-            try:
-                async with asyncio.timeout(self.timeout):
-                    await self.pool.fetchval(sql.query("finish_effect"), *args)
+    async def finish(self, client: str, key: str, attempt: int, resource: str,
+                     state: FinalState, answer: StoredAnswer | None,
+                     summary: str | None) -> None:
+        """Record the end of an attempt. If the database is gone, keep trying in
+        the background: the caller already has the provider's answer. Retrying
+        is safe: the end of one attempt counts once."""
+        args = self._args(client, key, attempt, resource, state, answer, summary)
+        try:
+            await self.call(lambda: self._finish(args))
+        except Problem:
+            self._in_background(self._finish_later(args))
+
+    async def _finish(self, args: tuple[Any, ...]) -> Finished:
+        done: Finished = await self.pool.fetchval(sql.query("finish_effect"), *args)
+        return done
+
+    def free_unsent(self, client: str, key: str, attempt: int, resource: str) -> None:
+        """An admission whose answer never came back may have committed: the
+        key would then read in flight, then unknown, and hold the drain barrier,
+        though nothing was sent. Free it, in the background, until the
+        admission can no longer be running (the pool's statement_timeout)."""
+        args = self._args(client, key, attempt, resource, "free", None, None)
+        self._in_background(self._free_unsent(args))
+
+    async def _free_unsent(self, args: tuple[Any, ...]) -> None:
+        # at once, then once the admission has certainly ended server-side
+        for delay in (0.0, self.timeout, self.timeout * 2 + 0.5):
+            await asyncio.sleep(delay)
+            done = await self._try(args)
+            if done in ("freed", "unknown"):
                 return
-            except UNREACHABLE_ERRORS:
-                continue
+        if done is None:
+            await self._finish_later(args)
+
+    async def _try(self, args: tuple[Any, ...]) -> Finished | None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._finish(args)
+        except UNREACHABLE_ERRORS:
+            return None
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _finish_later(self, args: tuple[Any, ...]) -> None:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RECORD_RETRY_SECONDS
+        while loop.time() < give_up:
+            await asyncio.sleep(1)
+            if await self._try(args) is not None:
+                return
         log.error("could not record an effect's outcome; it will read as unknown",
-                  extra={"effect_id": args[0]})
+                  extra={"client": args[0], "key": args[1], "state": args[4]})
 
     async def drain(self) -> None:
         """Wait for background writes (at shutdown)."""
@@ -111,24 +173,43 @@ class Ledger:
             await asyncio.wait(self._background, timeout=self.timeout)
 
     async def show(self, client: str, key: str) -> dict[str, Any] | None:
-        row = await self.call(lambda: self.pool.fetchrow(sql.query("show_effect"), client, key))
+        row = await self.call(lambda: self.pool.fetchrow(sql.query("show_effect"), client, key,
+                                                         RESOLVE_GRACE_SECONDS))
         return None if row is None else effect_view(row)
 
     async def list(self, client: str | None, state: str | None,
                    limit: int) -> list[dict[str, Any]]:
         rows = await self.call(
-            lambda: self.pool.fetch(sql.query("list_effects"), client, state, limit))
+            lambda: self.pool.fetch(sql.query("list_effects"), client, state, limit,
+                                    RESOLVE_GRACE_SECONDS))
         return [effect_view(r) for r in rows]
 
     async def resolve(self, client: str, key: str, outcome: str) -> bool:
+        """Settle an unknown effect; False if it is not unknown, or its last
+        attempt's deadline (plus a grace) has not passed yet."""
         name = "resolve_effect_sent" if outcome == "sent" else "resolve_effect_not_sent"
-        row = await self.call(lambda: self.pool.fetchrow(sql.query(name), client, key))
+        row = await self.call(lambda: self.pool.fetchrow(sql.query(name), client, key,
+                                                         RESOLVE_GRACE_SECONDS))
         return row is not None
 
     async def purge(self, retention_seconds: float, batch: int = 1000) -> int:
-        status = await self.call(
-            lambda: self.pool.execute(sql.query("purge_effects"), retention_seconds, batch))
-        return int(status.split()[-1])
+        """Delete finished effects past retention, in batches until caught up;
+        how many."""
+        total = 0
+        while True:
+            status = await self.call(lambda: self.pool.execute(
+                sql.query("purge_effects"), retention_seconds, batch))
+            done = int(status.split()[-1])
+            total += done
+            if done < batch:
+                return total
+            await asyncio.sleep(0)  # let the effect path in between batches
+
+    async def awaiting_purge(self, retention_seconds: float) -> int:
+        """Finished effects past retention, not yet purged."""
+        n: int = await self.call(lambda: self.pool.fetchval(
+            sql.query("effects_awaiting_purge"), retention_seconds))
+        return n
 
 
 def effect_view(row: asyncpg.Record) -> dict[str, Any]:

@@ -24,6 +24,7 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info and record.exc_info[0] is not None:
             out["error"] = record.exc_info[0].__name__
+            out["traceback"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
 
 

@@ -5,7 +5,11 @@ Labels never carry resources, keys, addresses or owners.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Histogram
+
+from leases import metrics as lease_metrics
 
 FENCE_REJECTIONS = Counter(
     "fencegate_fence_rejections_total",
@@ -26,3 +30,21 @@ PROVIDER_DURATION = Histogram(
 DB_UNAVAILABLE = Counter(
     "fencegate_db_unavailable_total", "Requests refused because the database was unreachable.",
 )
+
+#: the label values the contract fixes
+REJECTION_REASONS = ("stale_fence", "lease_expired", "no_lease", "invalid_fence")
+EFFECT_OUTCOMES = ("succeeded", "failed", "unknown", "replayed", "in_progress",
+                   "provider_error", "rate_limited")
+
+
+def start_at_zero(providers: Iterable[str]) -> None:
+    """Create every provider's rejection and outcome series at 0 when the
+    process starts. Prometheus's ``increase()`` cannot see a counter's first
+    step from "no series" to 1, so without this the first stale fence after a
+    start would never raise an alert (deploy/prometheus/rules.yml)."""
+    for provider in providers:
+        for reason in REJECTION_REASONS:
+            FENCE_REJECTIONS.labels(provider=provider, reason=reason)
+        for outcome in EFFECT_OUTCOMES:
+            EFFECTS.labels(provider=provider, outcome=outcome)
+    lease_metrics.start_at_zero()

@@ -25,6 +25,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "forbidden_resource": (403, "Resource not allowed for this client"),
     "not_found": (404, "Not found"),
     "method_not_allowed": (405, "Method not allowed"),
+    "request_timeout": (408, "Request body too slow"),
     "lease_held": (409, "Lease held by another owner"),
     "lease_lost": (409, "Lease lost"),
     "effect_in_progress": (409, "Effect in progress"),
@@ -41,6 +42,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "internal_error": (500, "Internal error"),
     "provider_error": (502, "Provider error"),
     "unavailable": (503, "Unavailable"),
+    "overloaded": (503, "Overloaded"),
     "provider_timeout": (504, "Provider timeout"),
 }
 

@@ -174,10 +174,15 @@ def provider_path(path: str) -> str:
     provider's base URL."""
     decoded = unquote(path)
     no_crlf("path", decoded)
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded):
+        raise bad("path", "must not contain control characters")
     if "\\" in decoded or "://" in decoded or decoded.startswith("/"):
         raise bad("path", "must be a relative path under the provider's base URL")
-    if any(seg in (".", "..") for seg in decoded.split("/")):
-        raise bad("path", "must not contain . or .. segments")
+    if ";" in decoded:  # path parameters: "..;/" climbs out on some servers
+        raise bad("path", "must not contain ;")
+    # ".", "..", "...", ".. ": servers and proxies trim dots and spaces differently
+    if any(seg and not seg.strip(". ") for seg in decoded.split("/")):
+        raise bad("path", "must not contain segments made only of dots or spaces")
     if "%" in decoded and unquote(decoded) != decoded:
         raise bad("path", "must not be encoded twice")
     return path

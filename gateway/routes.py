@@ -3,6 +3,7 @@ both built from ``ROUTES``, so they cannot drift apart."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -11,17 +12,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
 from leases import InvalidArgument, migrate
 from leases import policy as lease_policy
+from leases.observe import exposition
 
 from . import effects, requests
 from .auth import check_resource
+from .bodies import read_limited
 from .config import ClientConfig
 from .idempotency import canonical_body
 from .problems import Problem
 from .providers import Provider
+from .ratelimit import retry_after_header
 from .state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -55,10 +59,17 @@ def client_of(request: web.Request) -> ClientConfig:
 
 
 async def read_body(request: web.Request) -> bytes:
-    limit = gw_of(request).config.server.max_body_bytes
+    """The whole request body (chunked or not), within the size and time limits."""
+    server = gw_of(request).config.server
+    limit = server.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
-    body = await request.content.read(limit + 1)
+    try:
+        async with asyncio.timeout(server.body_timeout_seconds):
+            body = await read_limited(request.content, limit)
+    except TimeoutError:
+        raise Problem("request_timeout", "the body did not arrive within "
+                      f"{server.body_timeout_seconds:g} seconds") from None
     if len(body) > limit:
         raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
     return body
@@ -151,7 +162,7 @@ def _lease_args(request: web.Request, body: Any, *, owner_required: bool,
     try:
         lease_policy.check_resource(resource)
         owner = _field(body, "owner", str, required=owner_required)
-        out["owner"] = lease_policy.check_owner(owner) if owner is not None else None
+        out["owner"] = _stored_owner(client_of(request), owner) if owner is not None else None
         if fence:
             out["fence"] = lease_policy.check_fence(_field(body, "fence", int))
         if ttl:
@@ -162,22 +173,43 @@ def _lease_args(request: web.Request, body: Any, *, owner_required: bool,
     return out
 
 
-def _lease_answer(resource: str, owner: str, fence: int, expires_at: Any,
-                  ttl: float) -> web.Response:
-    return web.json_response({"resource": resource, "owner": owner, "fence": fence,
-                              "expires_at": expires_at.isoformat(), "ttl_seconds": ttl})
+def _stored_owner(client: ClientConfig, owner: str) -> str:
+    """Owners over HTTP live in their client's namespace: one client cannot
+    renew, release or take over a lease another client claimed, whatever
+    owner string it sends."""
+    lease_policy.check_owner(owner)
+    stored = f"{client.name}/{owner}"
+    if len(stored) > lease_policy.MAX_OWNER_LENGTH:
+        raise InvalidArgument(f"owner must be at most "
+                              f"{lease_policy.MAX_OWNER_LENGTH - len(client.name) - 1} characters")
+    return stored
+
+
+def _shown_owner(client: ClientConfig, stored: str) -> str:
+    """The owner as this client named it (another's is shown whole)."""
+    prefix = f"{client.name}/"
+    return stored.removeprefix(prefix) if stored.startswith(prefix) else stored
+
+
+def _lease_answer(request: web.Request, resource: str, owner: str, fence: int,
+                  expires_at: Any, ttl: float) -> web.Response:
+    return web.json_response({"resource": resource,
+                              "owner": _shown_owner(client_of(request), owner),
+                              "fence": fence, "expires_at": expires_at.isoformat(),
+                              "ttl_seconds": ttl})
 
 
 async def claim_lease(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     a = _lease_args(request, await read_json(request), owner_required=False,
                     fence=False, ttl=True)
-    owner = a["owner"] or f"{client_of(request).name}:{lease_policy.default_owner()}:" \
-                          f"{id(request):x}"
+    # without an owner, one of its own: two claims never share one by accident
+    owner = a["owner"] or _stored_owner(client_of(request), gw.leases.new_owner())
     lease = await gw.ledger.call(lambda: gw.leases.claim(a["resource"], a["ttl"], owner=owner))
     if lease is None:
         raise Problem("lease_held", "another owner holds a live lease on this resource")
-    return _lease_answer(lease.resource, lease.owner, lease.fence, lease.expires_at, a["ttl"])
+    return _lease_answer(request, lease.resource, lease.owner, lease.fence, lease.expires_at,
+                         a["ttl"])
 
 
 async def renew_lease(request: web.Request) -> web.StreamResponse:
@@ -189,7 +221,7 @@ async def renew_lease(request: web.Request) -> web.StreamResponse:
     if expires is None:
         raise Problem("lease_lost", "the lease expired, was released, or belongs to another "
                       "owner or fence")
-    return _lease_answer(a["resource"], a["owner"], a["fence"], expires, a["ttl"])
+    return _lease_answer(request, a["resource"], a["owner"], a["fence"], expires, a["ttl"])
 
 
 async def release_lease(request: web.Request) -> web.StreamResponse:
@@ -213,7 +245,8 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
     if info is None:
         return web.json_response({"resource": resource, "owner": None, "fence": None,
                                   "expires_at": None, "live": False})
-    return web.json_response({"resource": info.resource, "owner": info.owner,
+    return web.json_response({"resource": info.resource,
+                              "owner": _shown_owner(client_of(request), info.owner),
                               "fence": info.fence, "expires_at": info.expires_at.isoformat(),
                               "live": info.live})
 
@@ -238,8 +271,15 @@ async def resolve_effect(request: web.Request) -> web.StreamResponse:
         raise requests.bad("outcome", 'must be "sent" or "not_sent"')
     client = client_of(request).name
     if not await gw.ledger.resolve(client, key, outcome):
-        if await gw.ledger.show(client, key) is None:
+        effect = await gw.ledger.show(client, key)
+        if effect is None:
             raise Problem("not_found", "no effect with this Idempotency-Key for this client")
+        wait = effect["resolvable_in_seconds"]
+        if effect["state"] in ("in_flight", "unknown") and wait:
+            # a gateway may still be sending it until its deadline has passed
+            raise Problem("effect_in_progress", "an attempt of this effect may still be under "
+                          f"way; it can be resolved in {wait:.1f} seconds",
+                          headers={"Retry-After": retry_after_header(wait)})
         raise Problem("effect_not_unknown", "only an effect whose outcome is unknown can be "
                       "resolved")
     return web.json_response({"idempotency_key": key, "resolved": outcome})
@@ -266,12 +306,15 @@ async def readyz(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
+    observer = gw_of(request).observer
+    if observer is not None:  # queue depths and fencegate_database_up, this process's view
+        await observer.refresh()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        text = generate_latest(registry)
+        text = exposition(observer, registry)
     else:
-        text = generate_latest(REGISTRY)
+        text = exposition(observer, REGISTRY)
     return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 

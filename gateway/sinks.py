@@ -12,6 +12,7 @@ import email.policy
 import ssl
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,8 @@ class Delivery:
     received_at: float = field(default_factory=time.monotonic)
     #: when the sink finished answering (after any delay)
     answered_at: float | None = None
+    #: False when a sink that dedupes saw this key inside its window
+    acted: bool = True
 
     def header(self, name: str) -> str | None:
         lowered = name.lower()
@@ -57,6 +60,16 @@ class SmtpSink:
         self.rcpt_replies: dict[str, str] = {}
         #: seconds to wait before answering DATA (after reading the message)
         self.data_delay = 0.0
+        #: per message, in order, instead of data_delay while any are left
+        self.next_data_delays: list[float] = []
+        #: seconds to wait before answering each RCPT (the message comes after)
+        self.envelope_delay = 0.0
+        #: a header the sink dedupes on, as an email API does, for this long
+        #: after it first saw a value; a deduped message is recorded with
+        #: ``acted=False``
+        self.dedupe_header: str | None = None
+        self.dedupe_window = 0.0
+        self._first_seen: dict[str, float] = {}
         self._server: asyncio.Server | None = None
         self._sessions: weakref.WeakSet[SMTP] = weakref.WeakSet()
         self.port = 0
@@ -71,6 +84,8 @@ class SmtpSink:
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
                           address: str, rcpt_options: list[str]) -> str:
+        if self.envelope_delay:
+            await asyncio.sleep(self.envelope_delay)
         reply = self.rcpt_replies.get(address)
         if reply:
             return reply
@@ -78,14 +93,24 @@ class SmtpSink:
         return "250 OK"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        if self.data_delay:
-            await asyncio.sleep(self.data_delay)
+        arrived = time.monotonic()  # the message is here: whatever follows, it has landed
+        delay = self.next_data_delays.pop(0) if self.next_data_delays else self.data_delay
+        if delay:
+            await asyncio.sleep(delay)
         if self.data_reply:
             return self.data_reply
         content = envelope.original_content or b""
         msg = email.message_from_bytes(content, policy=email.policy.default)
-        self.deliveries.append(Delivery(headers={k: str(v) for k, v in msg.items()},
-                                        body=content, recipients=list(envelope.rcpt_tos)))
+        delivery = Delivery(headers={k: str(v) for k, v in msg.items()}, body=content,
+                            recipients=list(envelope.rcpt_tos), received_at=arrived,
+                            answered_at=time.monotonic())
+        if self.dedupe_header and msg[self.dedupe_header]:
+            key = str(msg[self.dedupe_header])
+            first = self._first_seen.setdefault(key, arrived)
+            delivery.acted = first == arrived or arrived - first > self.dedupe_window
+            if delivery.acted:
+                self._first_seen[key] = arrived
+        self.deliveries.append(delivery)
         return "250 Message accepted for delivery"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> SmtpSink:
@@ -128,6 +153,8 @@ class WebhookSink:
         self.delay = 0.0
         self.reply: Any = {"ok": True}
         self.reply_headers: dict[str, str] = {}
+        #: called with each delivery as it arrives (tests hook faults onto it)
+        self.on_request: Callable[[Delivery], None] | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -136,6 +163,8 @@ class WebhookSink:
         delivery = Delivery(headers=dict(request.headers), body=body, method=request.method,
                             path=request.path_qs)
         self.deliveries.append(delivery)
+        if self.on_request is not None:
+            self.on_request(delivery)
         if self.delay:
             await asyncio.sleep(self.delay)
         response = web.json_response(self.reply, status=self.status,

@@ -8,6 +8,7 @@ import asyncpg
 from aiohttp import web
 
 from leases import LeaseClient
+from leases.observe import QueueCollector
 
 from .auth import Authenticator
 from .config import Config
@@ -27,6 +28,8 @@ class Gateway:
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
     #: this process's share of each provider's rate (1/N with N serving processes)
     rate_share: float = 1.0
+    #: queue depths and database reachability for /metrics (leases.observe)
+    observer: QueueCollector | None = None
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

@@ -6,14 +6,15 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import time
+import secrets
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import asyncpg
 
-from . import database, policy, sql
+from . import clock, database, policy, sql
+from .alarm import Alarm
 from .errors import LeaseLost, LostReason
 from .metrics import LEASE_CLAIMS, LEASE_RENEWALS
 
@@ -33,6 +34,8 @@ UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_COMMAND_TIMEOUT = 30.0
+#: at close, how long releases of lost leases may still take
+RELEASE_ON_CLOSE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,11 @@ class LeaseClient:
 
     ``LeaseClient(dsn)`` opens its own pool on first use (or ``await
     client.connect()``); ``LeaseClient(pool=pool)`` borrows one.
+
+    Without ``owner``, every lease gets an owner of its own (this process's
+    id and a random part), so two tasks of one process never both hold a
+    resource. With ``owner``, leases are claimed under that exact id, and a
+    live lease of the same owner can be claimed again (contract rule 1).
     """
 
     def __init__(
@@ -68,7 +76,9 @@ class LeaseClient:
         self._own_pool = pool is None
         self._pool_size = pool_size
         self._connect_lock = asyncio.Lock()
+        self._fixed_owner = owner is not None
         self.owner = policy.check_owner(owner) if owner else policy.default_owner()
+        self._background: set[asyncio.Task[None]] = set()
 
     async def connect(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -84,9 +94,19 @@ class LeaseClient:
         return self._pool
 
     async def close(self) -> None:
+        if self._background:  # releases of lost leases still under way
+            await asyncio.wait(set(self._background), timeout=RELEASE_ON_CLOSE_SECONDS)
+            for task in set(self._background):
+                task.cancel()
         if self._own_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+    def new_owner(self) -> str:
+        """The owner for a new lease: the fixed one, or a fresh one per lease."""
+        if self._fixed_owner:
+            return self.owner
+        return f"{self.owner}:{secrets.token_hex(4)}"
 
     async def __aenter__(self) -> LeaseClient:
         await self.connect()
@@ -108,10 +128,10 @@ class LeaseClient:
         policy_: policy.RenewalPolicy | None = None,
     ) -> Lease | None:
         """Claim ``resource`` for ``ttl`` seconds; ``None`` if someone else holds it."""
-        owner = policy.check_owner(owner) if owner else self.owner
+        owner = policy.check_owner(owner) if owner else self.new_owner()
         ttl = policy.check_ttl(ttl)
         policy.check_resource(resource)
-        sent_at = time.monotonic()
+        sent_at = clock.now()
         row = await self._fetchrow("claim_lease", resource, owner, ttl)
         if row is None:
             LEASE_CLAIMS.labels(result="held").inc()
@@ -142,6 +162,34 @@ class LeaseClient:
         )
         return row is not None
 
+    def release_after_loss(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
+        """End a lease this process has given up, in the background.
+
+        A renewal sent before the loss was declared may still land (a slow
+        link) and extend the lease by a whole ttl, keeping the next owner
+        waiting for nothing. Releasing it (owner and fence must match) ends it
+        whichever comes first: a release before the late renewal makes that
+        renewal fail, one after ends what it extended."""
+        task = asyncio.get_running_loop().create_task(self._release_lost(lease, pending))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
+        give_up = clock.now() + lease.ttl * 2
+        if pending:
+            await asyncio.wait(pending, timeout=lease.ttl)
+        while clock.now() < give_up:
+            try:
+                released = await asyncio.wait_for(
+                    self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
+            except UNREACHABLE_ERRORS:
+                await asyncio.sleep(lease.policy.ttl * policy.DEFAULT_RETRY_FRACTION)
+                continue
+            if released:
+                log.info("lost lease released", extra={
+                    "resource": lease.resource, "owner": lease.owner, "fence": lease.fence})
+            return
+
     async def show(self, resource: str) -> LeaseInfo | None:
         row = await self._fetchrow("show_lease", policy.check_resource(resource))
         if row is None:
@@ -154,7 +202,17 @@ class Lease:
     """One claimed lease. ``async with lease:`` keeps it renewed and, the moment
     ownership cannot be proven, cancels the block and raises ``LeaseLost``.
 
-    When the block ends (normally or by an error) the lease is released.
+    When the block ends (normally or by an error) the lease is released; a
+    lease lost because renewals got no answer, or because the process was
+    paused, is released in the background too (see ``release_after_loss``).
+
+    The exact guarantee: once the local deadline has passed (measured on a
+    clock that counts pauses and suspend), the block is cancelled at its next
+    ``await``; on Linux the deadline alarm is seen before any event-loop timer
+    that fell due during a pause, so a block waiting on a timer or a socket
+    does not run another step. Code between two ``await``s cannot be
+    interrupted: call ``lease.check()`` right before any side effect that does
+    not go through the gateway (which checks the fence itself).
     """
 
     def __init__(
@@ -175,6 +233,7 @@ class Lease:
         self.expires_at = expires_at
         self.ttl = ttl
         self.policy = renewal
+        #: the last moment (``leases.clock.now()``) this holder may act
         self.deadline = renewal.deadline(sent_at)
         self._next_renewal = renewal.next_renewal(sent_at)
         self._lost: LeaseLost | None = None
@@ -182,6 +241,8 @@ class Lease:
         self._guarded: asyncio.Task[Any] | None = None
         self._cancelled_guarded = False
         self._keeper: asyncio.Task[None] | None = None
+        self._alarm: Alarm | None = None
+        self._renewing: asyncio.Task[Any] | None = None
         self._pending: set[asyncio.Task[Any]] = set()
         self._failures = 0  # renewals in a row that got no answer
 
@@ -191,13 +252,13 @@ class Lease:
     @property
     def lost(self) -> LeaseLost | None:
         """Why the lease was lost, or ``None`` while it is held."""
-        if self._lost is None and time.monotonic() >= self.deadline:
-            self._lose("unreachable" if self._failures else "expired",
-                       "local safety deadline passed")
+        if self._lost is None and clock.now() >= self.deadline:
+            self._deadline_passed()
         return self._lost
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` unless the lease is still provably ours."""
+        """Raise ``LeaseLost`` unless the lease is still provably ours. Cheap and
+        synchronous: call it right before acting."""
         lost = self.lost
         if lost is not None:
             raise lost
@@ -207,7 +268,7 @@ class Lease:
     async def renew(self) -> None:
         """Renew once now; raises ``LeaseLost`` when refused."""
         self.check()
-        sent_at = time.monotonic()
+        sent_at = clock.now()
         expires_at = await self.client.renew(self.resource, self.owner, self.fence, self.ttl)
         if expires_at is None:
             self._lose("taken", "renewal refused")
@@ -232,42 +293,57 @@ class Lease:
         self.expires_at = expires_at
         self.deadline = max(self.deadline, self.policy.deadline(sent_at))
         self._next_renewal = self.policy.next_renewal(sent_at)
+        if self._alarm is not None:
+            self._alarm.set(self.deadline)
+
+    def _deadline_passed(self) -> None:
+        renewing = self._renewing is not None and not self._renewing.done()
+        self._lose("unreachable" if self._failures or renewing else "expired",
+                   "local safety deadline passed without a successful renewal")
 
     def _lose(self, reason: LostReason, detail: str) -> None:
         if self._lost is not None:
             return
         self._lost = LeaseLost(self.resource, self.fence, reason, detail)
-        log.warning("lease lost", extra={"resource": self.resource, "fence": self.fence,
-                                         "reason": reason})
+        log.warning("lease lost", extra={"resource": self.resource, "owner": self.owner,
+                                         "fence": self.fence, "reason": reason})
+        if self._alarm is not None:
+            self._alarm.close()
+        renewing, self._renewing = self._renewing, None
+        if renewing is not None and not renewing.done():
+            # it may still land: release_after_loss waits for it
+            self._pending.add(renewing)
+            renewing.add_done_callback(self._forget)
+            renewing.cancel()
         if self._guarded is not None and not self._guarded.done():
             self._cancelled_guarded = True
             self._guarded.cancel(msg="fencegate: lease lost")
+        if self._keeper is not None and self._keeper is not asyncio.current_task():
+            self._keeper.cancel()
 
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
         while self._lost is None:
-            now = time.monotonic()
+            now = clock.now()
             wake = min(self._next_renewal, self.deadline)
             if wake > now:
                 await asyncio.sleep(wake - now)
-            sent_at = time.monotonic()
+            sent_at = clock.now()
             if sent_at >= self.deadline:
                 # woke too late: the process was paused, or failed renewals ran out the clock
-                reason: LostReason = "unreachable" if self._failures else "expired"
-                self._lose(reason, "safety deadline passed without a successful renewal")
+                self._deadline_passed()
                 return
             attempt = loop.create_task(
                 self.client.renew(self.resource, self.owner, self.fence, self.ttl)
             )
+            self._renewing = attempt
             # Not wait_for: cancelling a query on a dead connection can itself
             # hang, and the loss must be declared on time regardless.
             await asyncio.wait({attempt}, timeout=self.deadline - sent_at)
             if not attempt.done():
-                self._pending.add(attempt)
-                attempt.add_done_callback(self._forget)
-                attempt.cancel()
                 self._lose("unreachable", "renewal got no answer before the safety deadline")
                 return
+            self._renewing = None
             error = attempt.exception()
             if error is None:
                 expires_at = attempt.result()
@@ -278,8 +354,10 @@ class Lease:
                 self._confirmed(sent_at, expires_at)
             elif isinstance(error, UNREACHABLE_ERRORS):
                 self._failures += 1
-                log.info("lease renewal failed, retrying", extra={"resource": self.resource})
-                self._next_renewal = self.policy.retry_at(time.monotonic(), self.deadline)
+                log.info("lease renewal failed, retrying", extra={
+                    "resource": self.resource, "owner": self.owner, "fence": self.fence,
+                    "error": type(error).__name__})
+                self._next_renewal = self.policy.retry_at(clock.now(), self.deadline)
             else:
                 self._lose("unreachable", f"renewal failed: {type(error).__name__}")
                 return
@@ -290,6 +368,8 @@ class Lease:
             task.exception()  # retrieved, so asyncio does not log it
 
     async def _stop_keeper(self) -> None:
+        if self._alarm is not None:
+            self._alarm.close()
         keeper, self._keeper = self._keeper, None
         if keeper is not None and not keeper.done():
             keeper.cancel()
@@ -299,6 +379,8 @@ class Lease:
     async def __aenter__(self) -> Lease:
         self.check()
         self._guarded = asyncio.current_task()
+        self._alarm = Alarm(self._deadline_passed)
+        self._alarm.set(self.deadline)
         self._keeper = asyncio.get_running_loop().create_task(self._keep())
         return self
 
@@ -316,6 +398,8 @@ class Lease:
                 with contextlib.suppress(*UNREACHABLE_ERRORS):
                     await self.release()  # best effort: otherwise it lapses at expiry
             return False
+        if lost.reason != "taken" and not self._released:
+            self.client.release_after_loss(self, set(self._pending))
         if self._cancelled_guarded and guarded is not None and guarded.uncancel() > 0:
             return False  # cancelled from outside too: let that cancellation go on
         raise lost from (None if exc_type is asyncio.CancelledError else exc)

@@ -16,7 +16,7 @@ import subprocess
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -128,9 +128,14 @@ def with_database(dsn: str, name: str) -> str:
 
 
 def redacted(dsn: str) -> str:
-    """A DSN fit for a log line: the password replaced."""
+    """A DSN fit for a log line: the password replaced, in the user part and
+    in the query (``?password=``, which libpq and asyncpg accept too)."""
     parts = urlsplit(dsn)
     if parts.password:
         netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
         parts = parts._replace(netloc=netloc)
+    if parts.query:
+        query = [(k, "***" if k.lower() in ("password", "sslpassword") else v)
+                 for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        parts = parts._replace(query=urlencode(query, safe="/*"))
     return urlunsplit(parts)

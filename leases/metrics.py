@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from collections.abc import Iterable
+
+from prometheus_client import Counter, Gauge
 
 LEASE_CLAIMS = Counter(
     "fencegate_lease_claims_total", "Lease claims, by result.", ["result"]
@@ -13,3 +15,28 @@ LEASE_RENEWALS = Counter(
 JOBS = Counter(
     "fencegate_jobs_total", "Work-queue events, by queue and event.", ["queue", "event"]
 )
+AWAITING_PURGE = Gauge(
+    "fencegate_rows_awaiting_purge",
+    "Rows past their retention not yet purged (effects by the gateway, jobs by workers).",
+    ["table"], multiprocess_mode="max",
+)
+
+#: the label values the contract fixes
+CLAIM_RESULTS = ("won", "held")
+RENEWAL_RESULTS = ("ok", "lost")
+JOB_EVENTS = ("enqueued", "deduplicated", "claimed", "completed", "retried", "dead",
+              "replayed")
+
+
+def start_at_zero(queues: Iterable[str] = ()) -> None:
+    """Create the lease series, and every event series of ``queues``, at 0:
+    Prometheus's ``increase()`` cannot see a counter's first step from "no
+    series" to 1, so an alert on the first lost renewal or dead job after a
+    process starts needs the series to exist before it happens."""
+    for result in CLAIM_RESULTS:
+        LEASE_CLAIMS.labels(result=result)
+    for result in RENEWAL_RESULTS:
+        LEASE_RENEWALS.labels(result=result)
+    for queue in queues:
+        for event in JOB_EVENTS:
+            JOBS.labels(queue=queue, event=event)

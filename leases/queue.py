@@ -17,10 +17,10 @@ from typing import Any
 
 import asyncpg
 
-from . import policy, sql
+from . import clock, policy, sql
 from .client import Lease, LeaseClient
 from .errors import InvalidArgument
-from .metrics import JOBS
+from .metrics import AWAITING_PURGE, JOBS
 from .retry import RetryPolicy, sanitize_error
 
 log = logging.getLogger("fencegate.queue")
@@ -28,7 +28,10 @@ log = logging.getLogger("fencegate.queue")
 QUEUE_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,100}")
 #: claimers recover expired claims at most this often (per Queue object)
 DEFAULT_RECOVERY_INTERVAL_SECONDS = 5.0
+#: completed and dead jobs are kept this long, then purged with their leases
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 MAX_BATCH = 1000
+PURGE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,16 @@ class Queue:
         *,
         retry: RetryPolicy | None = None,
         recovery_interval: float = DEFAULT_RECOVERY_INTERVAL_SECONDS,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         rng: random.Random | None = None,
     ) -> None:
+        if retention_seconds <= 0:
+            raise InvalidArgument("retention_seconds must be positive")
         self.client = client
         self.name = check_queue(name)
         self.retry = retry or RetryPolicy()
         self.recovery_interval = recovery_interval
+        self.retention_seconds = retention_seconds
         self._rng = rng or random.Random()
         self._last_recovery = float("-inf")
         self._recovering: asyncio.Task[None] | None = None
@@ -148,7 +155,7 @@ class Queue:
             raise InvalidArgument(f"limit must be between 1 and {MAX_BATCH}")
         self._maybe_recover()
         pool = await self._pool()
-        sent_at = time.monotonic()
+        sent_at = clock.now()
         rows = await pool.fetch(sql.query("claim_jobs"), self.name, owner, limit, ttl)
         jobs = [self._job(r, owner, ttl, sent_at) for r in rows]
         if jobs:
@@ -229,6 +236,26 @@ class Queue:
         except Exception as exc:  # never fail the poll; the backstop will retry
             log.warning("recovery failed", extra={"queue": self.name,
                                                   "error": type(exc).__name__})
+
+    async def purge(self, batch: int = PURGE_BATCH) -> int:
+        """Delete this queue's jobs completed or dead for longer than the
+        retention, with their leases, in batches until caught up; how many.
+        (Leases still live or draining stay, with their job, until later.)"""
+        pool = await self._pool()
+        total = 0
+        while True:
+            status = await pool.execute(sql.query("purge_jobs"), self.retention_seconds, batch,
+                                        self.name)
+            done = int(status.split()[-1])
+            total += done
+            if done < batch:
+                break
+            await asyncio.sleep(0)
+        left = await pool.fetchval(sql.query("jobs_awaiting_purge"), self.retention_seconds)
+        AWAITING_PURGE.labels(table="jobs").set(left)
+        if total:
+            log.info("purged finished jobs", extra={"queue": self.name, "jobs": total})
+        return total
 
     async def replay(self, job_ids: Sequence[int] | None = None, *, batch: int = 500,
                      progress: Callable[[int], None] | None = None) -> int:

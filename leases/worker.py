@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from . import observe
 from .client import UNREACHABLE_ERRORS
 from .errors import LeaseLost
 from .queue import Job, Queue
@@ -30,6 +31,8 @@ DEFAULT_POLL_MIN_SECONDS = 0.05
 DEFAULT_POLL_MAX_SECONDS = 2.0
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_BACKSTOP_SECONDS = 10.0
+#: finished jobs past the queue's retention are purged this often
+DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 
 
 class _Completions:
@@ -84,7 +87,10 @@ class Worker:
         poll_max: float = DEFAULT_POLL_MAX_SECONDS,
         grace: float = DEFAULT_GRACE_SECONDS,
         backstop_interval: float = DEFAULT_BACKSTOP_SECONDS,
+        purge_interval: float = DEFAULT_PURGE_INTERVAL_SECONDS,
         owner: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = observe.DEFAULT_HOST,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -95,6 +101,7 @@ class Worker:
         self.poll_min, self.poll_max = poll_min, poll_max
         self.grace = grace
         self.backstop_interval = backstop_interval
+        self.purge_interval = purge_interval
         self.owner = owner or queue.client.owner
         self._completions = _Completions(queue)
         self._stopping = asyncio.Event()
@@ -103,6 +110,11 @@ class Worker:
         self._slot_free = asyncio.Event()
         #: set after every backstop pass (a test hook)
         self.backstop_passed = asyncio.Event()
+        #: with ``metrics_port``, /metrics is served there while ``run()`` runs
+        #: (this process's counters and the queue gauges; port 0 picks one)
+        self.metrics_port, self.metrics_host = metrics_port, metrics_host
+        #: the running metrics endpoint (``.port``), once ``run()`` has started it
+        self.metrics: observe.MetricsServer | None = None
 
     def stop(self) -> None:
         """Stop claiming; in-flight jobs get the grace period to finish."""
@@ -112,6 +124,10 @@ class Worker:
         """Claim and process until ``stop()`` (or SIGTERM/SIGINT with
         ``handle_signals``), then shut down gracefully."""
         loop = asyncio.get_running_loop()
+        if self.metrics_port is not None:
+            self.metrics = await observe.serve(self.metrics_port, host=self.metrics_host,
+                                               client=self.queue.client,
+                                               queues=[self.queue.name])
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
@@ -127,6 +143,8 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await backstop
             await self._shutdown()
+            if self.metrics is not None:
+                await self.metrics.close()
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
@@ -141,9 +159,12 @@ class Worker:
                 continue
             try:
                 jobs = await self.queue.claim(self.owner, limit=free, ttl=self.ttl)
-            except UNREACHABLE_ERRORS as exc:
-                log.warning("claim failed", extra={"queue": self.queue.name,
-                                                   "error": type(exc).__name__})
+            except Exception as exc:
+                # unreachable, read-only after a failover, a statement timeout,
+                # a deadlock: none of it ends the worker; it backs off and retries
+                log.warning("claim failed: %s", exc, extra={
+                    "queue": self.queue.name, "error": type(exc).__name__},
+                    exc_info=not isinstance(exc, UNREACHABLE_ERRORS))
                 jobs = []
             for job in jobs:
                 task = asyncio.get_running_loop().create_task(self._process(job))
@@ -223,13 +244,24 @@ class Worker:
                 "queue": job.queue, "job": job.id, "error": type(exc).__name__})
 
     async def _backstop(self) -> None:
-        """Recover expired claims even when this worker is too busy to poll."""
+        """Recover expired claims even when this worker is too busy to poll,
+        and purge finished jobs past retention. Never dies."""
+        loop = asyncio.get_running_loop()
+        next_purge = loop.time()
         while True:
             await asyncio.sleep(self.backstop_interval)
             try:
                 await self.queue.recover()
             except Exception as exc:
-                log.warning("backstop recovery failed", extra={"error": type(exc).__name__})
+                log.warning("backstop recovery failed: %s", exc, extra={
+                    "queue": self.queue.name, "error": type(exc).__name__})
+            if loop.time() >= next_purge:
+                next_purge = loop.time() + self.purge_interval
+                try:
+                    await self.queue.purge()
+                except Exception as exc:
+                    log.warning("purge failed: %s", exc, extra={
+                        "queue": self.queue.name, "error": type(exc).__name__})
             self.backstop_passed.set()
 
     async def _shutdown(self) -> None:

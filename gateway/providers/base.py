@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ..config import ProviderConfig
+from ..deadline import Deadline
 from ..problems import Problem
 
 OutcomeKind = Literal["succeeded", "failed", "retryable", "unknown"]
@@ -45,7 +46,7 @@ class Outcome:
     body: bytes
     headers: dict[str, str]
     summary: str  # one line for operators; never a secret or a message body
-    timed_out: bool = False
+    code: str | None = None  # the problem code, when the answer is a gateway problem
 
 
 class Provider(Protocol):
@@ -55,7 +56,10 @@ class Provider(Protocol):
 
     async def close(self) -> None: ...
 
-    async def send(self, call: ProviderCall) -> Outcome: ...
+    async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
+        """Make the call, and answer by ``deadline``; start sending nothing
+        once ``deadline.can_start()`` is false (answer ``too_late``)."""
+        ...
 
 
 def problem_outcome(kind: OutcomeKind, code: str, detail: str, summary: str,
@@ -63,5 +67,14 @@ def problem_outcome(kind: OutcomeKind, code: str, detail: str, summary: str,
     """An Outcome whose answer to the caller is a problem document."""
     p = Problem(code, detail)
     p.extra.update(extra)
-    return Outcome(kind, p.status, p.body(), p.response_headers(), summary,
-                   timed_out=code == "provider_timeout")
+    return Outcome(kind, p.status, p.body(), p.response_headers(), summary, code)
+
+
+def too_late(provider: str, waiting_for: str = "its turn") -> Outcome:
+    """Nothing was sent: the attempt's deadline came too close while it waited
+    (for a provider connection, or the process was paused). The key is free."""
+    p = Problem("overloaded", f"the gateway could not start sending to {provider!r} in time "
+                f"(it waited for {waiting_for}); nothing was sent, retry later",
+                headers={"Retry-After": "1"})
+    return Outcome("retryable", p.status, p.body(), p.response_headers(),
+                   f"not sent: deadline reached waiting for {waiting_for}", "overloaded")

@@ -3,6 +3,10 @@
 Only the configured base URL is reachable: the caller's path is appended to it
 (after ``requests.provider_path`` refused escapes), redirects are handed back,
 never followed.
+
+Every attempt is exactly one request on the wire: aiohttp's own silent retry
+of PUT and DELETE on a lost keep-alive connection is turned off (a provider
+that acted and then dropped the connection would act twice).
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import time
 import aiohttp
 from yarl import URL
 
-from ..config import ProviderConfig
-from .base import Outcome, OutcomeKind, ProviderCall, problem_outcome
+from ..bodies import read_limited
+from ..config import ProviderConfig, signing_key
+from ..deadline import Deadline
+from .base import Outcome, OutcomeKind, ProviderCall, problem_outcome, too_late
 
 #: never forwarded from the caller: hop-by-hop, and the gateway's own
 DROPPED_REQUEST_HEADERS = frozenset({
@@ -31,7 +37,10 @@ DROPPED_REQUEST_HEADERS = frozenset({
 KEPT_RESPONSE_HEADERS = ("Content-Type", "Content-Language", "Content-Disposition", "ETag",
                          "Last-Modified", "Location", "Cache-Control")
 #: provider statuses that mean "failed, nothing done, try again"
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503})
+#: statuses a proxy in front of the provider answers after the provider may
+#: have acted (a load balancer's 504 when the backend was too slow): unknown
+UNKNOWN_STATUSES = frozenset({504})
 KEEPALIVE_SECONDS = 4.0
 
 
@@ -45,8 +54,7 @@ def forwarded_headers(caller: dict[str, str]) -> dict[str, str]:
 
 def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """A Standard Webhooks ``webhook-signature`` value (``v1,<base64 hmac>``)."""
-    key = base64.b64decode(secret.removeprefix("whsec_")) if secret.startswith("whsec_") \
-        else secret.encode()
+    key = signing_key(secret)
     signed = f"{msg_id}.{timestamp}.".encode() + body
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
@@ -63,6 +71,13 @@ class HttpProvider:
             connector=connector, timeout=aiohttp.ClientTimeout(total=None),
             auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar(),
         )
+        # aiohttp resends GET, PUT and DELETE once when a reused connection
+        # fails; it has no public switch for it (aio-libs/aiohttp#10790) and
+        # its own test client turns it off the same way. tests/ checks every
+        # method against a provider that acts and then drops the connection.
+        if not hasattr(self._session, "_retry_connection"):
+            raise RuntimeError("this aiohttp cannot turn off its request retry")
+        self._session._retry_connection = False
 
     async def close(self) -> None:
         if self._session is not None:
@@ -88,15 +103,17 @@ class HttpProvider:
                 self.config.signing_secret, call.derived_key, ts, call.body)
         return headers
 
-    async def send(self, call: ProviderCall) -> Outcome:
+    async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
         assert self._session is not None, "provider not started"
+        if not deadline.can_start():
+            return too_late(self.config.name)
         try:
-            async with asyncio.timeout(self.config.timeout_seconds):
+            async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 async with self._session.request(
                     call.method, self.url(call.path, call.query), data=call.body or None,
                     headers=self.headers(call), allow_redirects=False,
                 ) as resp:
-                    body = await resp.content.read(self.max_body_bytes + 1)
+                    body = await read_limited(resp.content, self.max_body_bytes)
                     return self._outcome(resp, body)
         except aiohttp.ClientConnectorError as e:
             return problem_outcome("retryable", "provider_error",
@@ -120,6 +137,11 @@ class HttpProvider:
         if resp.status in RETRYABLE_STATUSES:
             return problem_outcome("retryable", "provider_error",
                                    f"the provider answered {resp.status}; the key is free again",
+                                   f"http {resp.status}", provider_status=resp.status)
+        if resp.status in UNKNOWN_STATUSES:
+            return problem_outcome("unknown", "provider_timeout",
+                                   f"the provider answered {resp.status} (a gateway in front of "
+                                   "it timed out): the request may have been acted on",
                                    f"http {resp.status}", provider_status=resp.status)
         kind: OutcomeKind = "failed" if resp.status >= 400 else "succeeded"
         return Outcome(kind, resp.status, body, headers, f"http {resp.status}")

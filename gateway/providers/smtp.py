@@ -18,9 +18,10 @@ from email.utils import formatdate, parseaddr
 import aiosmtplib
 
 from ..config import ProviderConfig
+from ..deadline import SEND_MARGIN_SECONDS, Deadline
 from ..idempotency import message_id
 from ..requests import EmailRequest
-from .base import Outcome, ProviderCall, problem_outcome
+from .base import Outcome, ProviderCall, problem_outcome, too_late
 
 log = logging.getLogger("fencegate.gateway.smtp")
 
@@ -103,27 +104,34 @@ class SmtpProvider:
         await conn.connect()
         return conn
 
-    async def send(self, call: ProviderCall) -> Outcome:
+    async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
         req = call.payload
         assert isinstance(req, EmailRequest)
         data = build_message(call, req, self.config.idempotency_header)
         sender = parseaddr(req.sender)[1]
         step = ["connect"]
-        async with self._slots:
-            try:
-                async with asyncio.timeout(self.config.timeout_seconds):
-                    return await self._deliver(call, sender, req.recipients, data, step)
-            except TimeoutError:
-                if step[0] == "data":
-                    return problem_outcome("unknown", "provider_timeout",
-                                    "the SMTP server did not answer in time after the message "
-                                    "was sent; its outcome is unknown", "smtp timeout in DATA")
-                return problem_outcome("retryable", "provider_error",
-                                f"the SMTP server did not answer in time at {step[0]}; nothing "
-                                "was sent", f"smtp timeout at {step[0]}")
+        # the wait for a connection counts against the attempt's deadline too
+        try:
+            async with asyncio.timeout(max(0.0, deadline.remaining() - SEND_MARGIN_SECONDS)):
+                await self._slots.acquire()
+        except TimeoutError:
+            return too_late(self.config.name, "an SMTP connection")
+        try:
+            async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
+                return await self._deliver(call, sender, req.recipients, data, step, deadline)
+        except TimeoutError:
+            if step[0] == "data":
+                return problem_outcome("unknown", "provider_timeout",
+                                "the SMTP server did not answer in time after the message "
+                                "was sent; its outcome is unknown", "smtp timeout in DATA")
+            return problem_outcome("retryable", "provider_error",
+                            f"the SMTP server did not answer in time at {step[0]}; nothing "
+                            "was sent", f"smtp timeout at {step[0]}")
+        finally:
+            self._slots.release()
 
     async def _deliver(self, call: ProviderCall, sender: str, recipients: list[str],
-                       data: bytes, step: list[str]) -> Outcome:
+                       data: bytes, step: list[str], deadline: Deadline) -> Outcome:
         for attempt in range(2):
             step[0] = "connect"
             pooled = bool(self._idle)
@@ -142,7 +150,7 @@ class SmtpProvider:
                                 "smtp connect failed")
             try:
                 return await self._converse(conn, pooled and attempt == 0, call, sender,
-                                            recipients, data, step)
+                                            recipients, data, step, deadline)
             except _StaleConnection:
                 continue
             except BaseException:
@@ -152,7 +160,7 @@ class SmtpProvider:
 
     async def _converse(self, conn: aiosmtplib.SMTP, may_be_stale: bool, call: ProviderCall,
                         sender: str, recipients: list[str], data: bytes,
-                        step: list[str]) -> Outcome:
+                        step: list[str], deadline: Deadline) -> Outcome:
         step[0] = "envelope"
         try:
             outcome = await self._envelope(conn, sender, recipients)
@@ -166,6 +174,9 @@ class SmtpProvider:
         if isinstance(outcome, Outcome):
             await self._recycle(conn, reset=True)
             return outcome
+        if not deadline.can_start():  # the last moment to hold back: nothing sent yet
+            await self._recycle(conn, reset=True)
+            return too_late(self.config.name, "the SMTP server's envelope replies")
         step[0] = "data"
         try:
             response = await conn.data(data)

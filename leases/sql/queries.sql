@@ -40,27 +40,43 @@ SELECT resource, owner, fence, expires_at, expires_at > clock_timestamp() AS liv
  WHERE resource = $1;
 
 -- name: admit_effect
+-- ($1 client, $2 key, $3 fingerprint, $4 resource, $5 fence, $6 provider,
+--  $7 attempt nonce, $8 deadline seconds, $9 retry window seconds,
+--  $10 resend margin seconds)
 SELECT verdict, current_fence, effect_id, retry_after,
        response_status, response_headers, response_body
-  FROM fencegate_admit_effect($1, $2, $3, $4, $5, $6, $7, $8);
+  FROM fencegate_admit_effect($1, $2, $3, $4, $5, $6, $7::bigint, $8::float8, $9::float8,
+                              $10::float8);
 
 -- name: finish_effect
-SELECT fencegate_finish_effect($1, $2, $3, $4, $5, $6, $7, $8);
+-- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 state, $6 status,
+--  $7 headers, $8 body, $9 summary): recorded | freed | unknown | gone
+SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $8::bytea,
+                               $9::text);
 
 -- name: show_effect
+-- $3: the grace after an attempt's deadline before it may be resolved
 SELECT idempotency_key, client, resource, fence, provider,
        CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
             THEN 'unknown' ELSE state END AS state,
-       attempts, created_at, updated_at, deadline, retry_until, response_status, summary
+       attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $3::float8)
+                                                 - clock_timestamp()))::float8
+       END AS resolvable_in_seconds
   FROM fencegate_effects
  WHERE client = $1 AND idempotency_key = $2;
 
 -- name: list_effects
--- $2: a state to filter on, or NULL for all
+-- $2: a state to filter on, or NULL for all; $4 as $3 of show_effect
 SELECT idempotency_key, client, resource, fence, provider,
        CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
             THEN 'unknown' ELSE state END AS state,
-       attempts, created_at, updated_at, deadline, retry_until, response_status, summary
+       attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $4::float8)
+                                                 - clock_timestamp()))::float8
+       END AS resolvable_in_seconds
   FROM fencegate_effects
  WHERE ($1::text IS NULL OR client = $1)
    AND ($2::text IS NULL OR state = $2
@@ -70,27 +86,38 @@ SELECT idempotency_key, client, resource, fence, provider,
 
 -- name: resolve_effect_sent
 -- An operator settles an effect whose outcome was unknown: it was delivered.
+-- Only once its last attempt's deadline (plus $3 seconds) has passed: before
+-- that, a gateway may still be sending it.
 UPDATE fencegate_effects
    SET state = 'succeeded', response_status = coalesce(response_status, 200),
-       summary = 'resolved by an operator: sent', updated_at = clock_timestamp()
- WHERE client = $1 AND idempotency_key = $2
-   AND (state = 'unknown' OR (state = 'in_flight' AND deadline <= clock_timestamp()))
+       summary = 'resolved by an operator: sent', attempt = NULL,
+       updated_at = clock_timestamp()
+ WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
+   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
 RETURNING idempotency_key;
 
 -- name: resolve_effect_not_sent
--- ... or it was not: the key is free again.
+-- ... or it was not: the key is free again (same condition).
 DELETE FROM fencegate_effects
- WHERE client = $1 AND idempotency_key = $2
-   AND (state = 'unknown' OR (state = 'in_flight' AND deadline <= clock_timestamp()))
+ WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
+   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
 RETURNING idempotency_key;
 
 -- name: purge_effects
--- Finished effects past the retention window; in-flight and unknown ones stay.
+-- Up to $2 finished effects past the retention window ($1 seconds), oldest
+-- first; in-flight and unknown ones stay. The caller repeats until fewer
+-- than $2 go.
 DELETE FROM fencegate_effects
  WHERE id IN (SELECT id FROM fencegate_effects
                WHERE state IN ('succeeded', 'failed')
                  AND updated_at < clock_timestamp() - make_interval(secs => $1::float8)
+               ORDER BY updated_at
                LIMIT $2);
+
+-- name: effects_awaiting_purge
+SELECT count(*) FROM fencegate_effects
+ WHERE state IN ('succeeded', 'failed')
+   AND updated_at < clock_timestamp() - make_interval(secs => $1::float8);
 
 -- name: enqueue_jobs
 -- Batch enqueue; rows whose (queue, dedupe_key) exists already are skipped
@@ -183,18 +210,38 @@ WITH failed AS (
 SELECT state FROM failed;
 
 -- name: recover_jobs
--- Claimed jobs whose lease expired (the worker died or stalled) go back to
--- the queue, or die if that was their last attempt. The next claim issues a
--- new fence, so the old holder is refused at the gateway.
+-- Claimed jobs whose claim is over go back to the queue, or die if that was
+-- their last attempt: the job's lease expired (the worker died or stalled),
+-- or the lease row moved on to another fence (someone claimed job:<queue>:<id>
+-- outside the queue), or it is gone. The next claim issues a new fence, so the
+-- old holder is refused at the gateway.
+-- The candidates' lease rows are then locked and read again (their latest
+-- version, after any renewal that held the lock), so a lease renewed an
+-- instant before is not recovered.
+WITH over AS (
+    SELECT j.id
+      FROM fencegate_jobs j
+      LEFT JOIN fencegate_leases l ON l.resource = 'job:' || j.queue || ':' || j.id
+     WHERE j.state = 'claimed' AND ($1::text IS NULL OR j.queue = $1)
+       AND (l.resource IS NULL OR l.fence <> j.fence OR l.expires_at <= clock_timestamp())
+       FOR UPDATE OF j SKIP LOCKED
+), locked AS (
+    SELECT o.id
+      FROM over o
+      JOIN fencegate_jobs j ON j.id = o.id
+      LEFT JOIN LATERAL (
+          SELECT fence, expires_at FROM fencegate_leases
+           WHERE resource = 'job:' || j.queue || ':' || j.id
+             FOR NO KEY UPDATE) l ON true
+     WHERE l.fence IS NULL OR l.fence <> j.fence OR l.expires_at <= clock_timestamp()
+)
 UPDATE fencegate_jobs j
    SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN clock_timestamp() END,
        run_at = clock_timestamp(),
        last_error = 'lease expired: the worker stopped renewing (crashed, killed or stalled)'
-  FROM fencegate_leases l
- WHERE j.state = 'claimed' AND ($1::text IS NULL OR j.queue = $1)
-   AND l.resource = 'job:' || j.queue || ':' || j.id
-   AND l.fence = j.fence AND l.expires_at <= clock_timestamp()
+  FROM locked
+ WHERE j.id = locked.id AND j.state = 'claimed'
 RETURNING j.id, j.queue, j.state;
 
 -- name: replay_jobs
@@ -249,3 +296,52 @@ WITH done AS (
        AND l.fence = done.fence AND l.expires_at > clock_timestamp()
 )
 SELECT id FROM done;
+
+-- name: purge_jobs
+-- Up to $2 jobs of queue $3 completed or dead for longer than $1 seconds,
+-- oldest first, with their leases. Deleting job:<queue>:<id> cannot let a
+-- fence go back: a job id is never reused (an identity column), so the queue
+-- never claims that resource again, and any claim of it from elsewhere gets a
+-- fence floored at the database clock, above every fence issued before. A lease still live or
+-- holding an effect in flight is left alone (and so is its job, until then).
+WITH old AS (
+    SELECT id, queue FROM fencegate_jobs
+     WHERE state IN ('completed', 'dead') AND queue = $3
+       AND finished_at < clock_timestamp() - make_interval(secs => $1::float8)
+     ORDER BY finished_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+), busy AS (
+    SELECT o.id FROM old o
+      JOIN fencegate_leases l ON l.resource = 'job:' || o.queue || ':' || o.id
+     WHERE l.expires_at > clock_timestamp()
+        OR (l.inflight > 0 AND l.drain_until > clock_timestamp())
+), leases_gone AS (
+    DELETE FROM fencegate_leases l
+     USING old o
+     WHERE l.resource = 'job:' || o.queue || ':' || o.id
+       AND o.id NOT IN (SELECT id FROM busy)
+)
+DELETE FROM fencegate_jobs j
+ USING old o
+ WHERE j.id = o.id AND o.id NOT IN (SELECT id FROM busy);
+
+-- name: jobs_awaiting_purge
+-- every queue's: what the fencegate_rows_awaiting_purge gauge shows
+SELECT count(*) FROM fencegate_jobs
+ WHERE state IN ('completed', 'dead')
+   AND finished_at < clock_timestamp() - make_interval(secs => $1::float8);
+
+-- name: queue_depths
+-- Every queue's depth by state, for the metrics collector (leases/observe.py):
+-- one statement per scrape, over the partial indexes on the open states.
+-- Completed jobs are left out (they only grow). For `queued` (due now),
+-- oldest_seconds is how long the oldest due job has waited.
+SELECT queue,
+       CASE WHEN state = 'queued' AND run_at > clock_timestamp() THEN 'scheduled'
+            ELSE state END AS state,
+       count(*) AS jobs,
+       extract(epoch FROM clock_timestamp() - min(run_at))::float8 AS oldest_seconds
+  FROM fencegate_jobs
+ WHERE state IN ('queued', 'claimed', 'dead')
+ GROUP BY 1, 2;

@@ -36,7 +36,7 @@ class Run:
 
 async def run(seed: int, trials: int, lanes: int, workers: int, effects: int,
               spread: float, faults: list[str] | None = None,
-              slow_fraction: float = 0.01) -> Run:
+              slow_fraction: float = 0.01, soak_limit: float | None = None) -> Run:
     print(f"chaos seed {seed} (replay with --seed {seed})", flush=True)
     rng = random.Random(seed)
     started = time.monotonic()
@@ -47,7 +47,7 @@ async def run(seed: int, trials: int, lanes: int, workers: int, effects: int,
             trial_stats = await zombie_trials(cluster, trials, lanes, rng)
             print(f"zombie trials done: {trial_stats.trials}", flush=True)
             soak_stats = await soak(cluster, workers, effects, spread, rng, faults,
-                                    limit_seconds=spread + 600)
+                                    limit_seconds=soak_limit or spread + 600)
             print(f"soak done in {soak_stats.seconds:.0f}s", flush=True)
         finally:
             await cluster.close()

@@ -198,7 +198,8 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
             stats.faults[kind] += 1
             await strike(cluster, kind, procs, spawn, rng, stats)
         else:
-            raise AssertionError("the soak did not drain in time")
+            raise AssertionError(f"the soak did not drain in {limit_seconds:.0f}s: jobs "
+                                 f"{await job_states(cluster.pg_dsn)}")
     finally:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -214,6 +215,18 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
     stats.final_jobs = {r["state"]: r["n"] for r in rows}
     stats.seconds = time.monotonic() - started
     return stats
+
+
+async def job_states(dsn: str) -> dict[str, int]:
+    """Jobs by state, with queued jobs not yet due counted as scheduled."""
+    conn = await asyncpg.connect(dsn, timeout=5)
+    try:
+        rows = await conn.fetch(
+            "SELECT CASE WHEN state = 'queued' AND run_at > clock_timestamp() "
+            "THEN 'scheduled' ELSE state END AS s, count(*) AS n FROM fencegate_jobs GROUP BY 1")
+        return {r["s"]: r["n"] for r in rows}
+    finally:
+        await conn.close()
 
 
 async def drained(dsn: str) -> bool:

@@ -14,7 +14,7 @@ async def test_a_small_chaos_run_finds_no_violation() -> None:
     faults = list(FAULTS)
     random.Random(seed).shuffle(faults)
     r = await run(seed, trials=12, lanes=2, workers=3, effects=200, spread=12.0,
-                  faults=faults, slow_fraction=0.02)
+                  faults=faults, slow_fraction=0.02, soak_limit=75)
     assert r.report.ok, f"seed {seed}:\n" + markdown(r)
     assert r.trials.trials == 12
     assert r.report.figures["deliveries"] > 0

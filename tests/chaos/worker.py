@@ -138,7 +138,8 @@ async def soak(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
                 stats = await q.stats()
             except Exception:
                 continue  # the database is down: keep going
-            if not stats.get("queued") and not stats.get("claimed"):
+            # retried jobs wait out their backoff as "scheduled": not drained yet
+            if not any(stats.get(s) for s in ("queued", "scheduled", "claimed")):
                 break
         worker.stop()
         await task

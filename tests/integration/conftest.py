@@ -25,6 +25,7 @@ SIGNING_SECRET = "whsec_" + base64.b64encode(b"test-signing-secret-32-bytes-ok!"
 os.environ.setdefault("FENCEGATE_TEST_SIGNING_SECRET", SIGNING_SECRET)
 os.environ.setdefault("FENCEGATE_TEST_CRM_TOKEN", "Bearer crm-secret-token")
 OTHER_KEY = "test-key-other"
+PEER_KEY = "test-key-peer"  # another client, whose patterns overlap the agents' ones
 PROVIDER_TIMEOUT = 1.0
 Answer = tuple[int, dict[str, str], Any]  # status, headers, JSON (or raw) body
 
@@ -43,13 +44,25 @@ async def webhook_sink() -> AsyncIterator[WebhookSink]:
     await sink.close()
 
 
-def gateway_config(smtp_port: int, http_port: int, **server: Any) -> gconfig.Config:
-    return gconfig.parse({
+def gateway_config(smtp_port: int, http_port: int, *,
+                   providers: dict[str, dict[str, Any]] | None = None,
+                   **server: Any) -> gconfig.Config:
+    """The test gateway's configuration; ``providers`` adds providers or
+    changes keys of the standard ones."""
+    data = _base_config(smtp_port, http_port, server)
+    for name, keys in (providers or {}).items():
+        data["providers"].setdefault(name, {}).update(keys)
+    return gconfig.parse(data, "test.toml")
+
+
+def _base_config(smtp_port: int, http_port: int, server: dict[str, Any]) -> dict[str, Any]:
+    return {
         "server": {"max_body_bytes": 64 * 1024, **server},
         "clients": [
             {"name": "agents", "key_sha256": key_sha256(API_KEY),
              "resources": ["run:*", "lead:*", "job:*"]},
             {"name": "other", "key_sha256": key_sha256(OTHER_KEY), "resources": ["other:*"]},
+            {"name": "peer", "key_sha256": key_sha256(PEER_KEY), "resources": ["run:*"]},
         ],
         "providers": {
             "mail": {"kind": "smtp", "host": "127.0.0.1", "port": smtp_port,
@@ -69,7 +82,7 @@ def gateway_config(smtp_port: int, http_port: int, **server: Any) -> gconfig.Con
                          "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 2,
                          "idempotency_header": ""},
         },
-    }, "test.toml")
+    }
 
 
 @dataclass
@@ -112,6 +125,12 @@ class Gw:
         body.update(over.pop("body", {}))
         return await self.post("/v1/email", self.headers(lease, key, **over), json=body)
 
+    async def past_deadline(self, key: str) -> None:
+        """Move an effect's last deadline an hour back, as if that time had
+        passed: what an operator waits for before resolving it."""
+        await self.pool.execute("UPDATE fencegate_effects SET deadline = deadline - "
+                                "interval '1 hour' WHERE idempotency_key = $1", key)
+
     async def metric(self, name: str, **labels: str) -> float:
         async with self.http.get(self.url + "/metrics") as r:
             text = await r.text()
@@ -134,9 +153,11 @@ async def make_gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
     servers: list[TestServer] = []
     sessions: list[aiohttp.ClientSession] = []
 
-    async def start(gateway_dsn: str | None = None, **server: Any) -> Gw:
-        app = build_app(gateway_config(smtp_sink.port, webhook_sink.port, **server),
-                        gateway_dsn or dsn, migrate_on_start=False)
+    async def start(gateway_dsn: str | None = None, *,
+                    providers: dict[str, dict[str, Any]] | None = None, **server: Any) -> Gw:
+        config = gateway_config(smtp_sink.port, webhook_sink.port, providers=providers,
+                                **server)
+        app = build_app(config, gateway_dsn or dsn, migrate_on_start=False)
         test_server = TestServer(app, host="127.0.0.1")
         await test_server.start_server()
         servers.append(test_server)

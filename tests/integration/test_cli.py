@@ -199,10 +199,17 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
         VALUES ('run:1', 'w', 1, clock_timestamp(), clock_timestamp() + interval '1 hour')""")
     verdict = await conn.fetchval(
         "SELECT verdict FROM fencegate_admit_effect('agents', 'welcome-1', '\\x00'::bytea, "
-        "'run:1', 1, 'mail', 0.01, 0)")
-    await conn.close()
+        "'run:1', 1, 'mail', 7, 0.01, 0, 5)")
     assert verdict == "admitted"
     await asyncio.sleep(0.05)  # past its deadline: the gateway that sent it is gone
+    shown = json.loads((await asyncio.to_thread(
+        run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
+    early = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
+                                    "agents", "--outcome", "sent")
+    assert early.returncode == 1 and "resolvable in" in early.stdout, early.stdout
+    # as if its grace had passed too
+    await conn.execute("UPDATE fencegate_effects SET deadline = deadline - interval '1 hour'")
+    await conn.close()
     shown = json.loads((await asyncio.to_thread(
         run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
     assert shown["state"] == "unknown" and shown["fence"] == 1

@@ -172,6 +172,13 @@ async def test_an_smtp_timeout_leaves_the_outcome_unknown_until_resolved(gw: Gw)
     h = {"Authorization": gw.headers()["Authorization"]}
     status, _, body = await gw.request("GET", "/v1/effects/k-timeout", h)
     assert status == 200 and body["state"] == "unknown" and body["fence"] == lease.fence
+    assert body["resolvable_in_seconds"] > 0
+    # not yet: until its deadline, the attempt may still be under way
+    status, headers, body = await gw.post("/v1/effects/k-timeout/resolve", h,
+                                          json={"outcome": "not_sent"})
+    assert (status, body["code"]) == (409, "effect_in_progress")
+    assert int(headers["Retry-After"]) >= 1
+    await gw.past_deadline("k-timeout")
     status, _, body = await gw.post("/v1/effects/k-timeout/resolve", h,
                                     json={"outcome": "not_sent"})
     assert status == 200
@@ -187,6 +194,7 @@ async def test_resolving_as_sent_replays_afterwards(gw: Gw) -> None:
     assert lease is not None
     gw.smtp.data_delay = PROVIDER_TIMEOUT + 0.2
     assert (await gw.email(lease, "k-sent"))[0] == 504
+    await gw.past_deadline("k-sent")
     h = {"Authorization": gw.headers()["Authorization"]}
     assert (await gw.post("/v1/effects/k-sent/resolve", h, json={"outcome": "sent"}))[0] == 200
     status, headers, _ = await gw.email(lease, "k-sent")

@@ -176,13 +176,16 @@ async def test_purge_drops_only_finished_effects_past_retention(gw: Gw) -> None:
     assert keys == {"old-unknown"}
 
 
-async def test_an_unknown_outcome_holds_the_drain_barrier_until_its_deadline(gw: Gw) -> None:
+async def test_an_unknown_outcome_holds_the_drain_barrier_until_its_deadline(
+    make_gw: Callable[..., Awaitable[Gw]],
+) -> None:
     """The gateway gave up waiting, but the request may still be landing: the
     next fence must not be granted before the effect's deadline. (Found while
     writing the chaos suite's checker: releasing the barrier at the timeout let
     bytes already sent land after the next claim.)"""
-    from gateway.ledger import DEADLINE_SLACK_SECONDS
+    from gateway.ledger import BARRIER_GRACE_SECONDS
 
+    gw = await make_gw(database_timeout_seconds=0.5)
     b = LeaseClient(pool=gw.pool, owner="worker-b")
     lease = await gw.leases.claim("run:late", ttl=0.2)
     assert lease is not None
@@ -193,5 +196,7 @@ async def test_an_unknown_outcome_holds_the_drain_barrier_until_its_deadline(gw:
     assert status == 504
     assert await b.claim("run:late", ttl=30) is None
     won_at, _ = await _claim_until_won(b, "run:late", limit=10)
-    assert won_at - sent_at >= PROVIDER_TIMEOUT + DEADLINE_SLACK_SECONDS - 0.1
+    # the database's deadline: the gateway's budget (database answer, then the
+    # provider's timeout), counted from no earlier than the request, plus a grace
+    assert won_at - sent_at >= 0.5 + PROVIDER_TIMEOUT + BARRIER_GRACE_SECONDS
     assert gw.hook.deliveries[0].received_at < won_at

@@ -1,6 +1,8 @@
 """A TCP fault proxy for tests: forwards to PostgreSQL (TCP or unix socket) or
 any TCP service and, on command, delays traffic, black-holes it (connections
-stay open, bytes stop) or drops every connection and refuses new ones."""
+stay open, bytes stop), drops every connection and refuses new ones, or loses
+the answers: requests still reach the server (and commit), its replies never
+come back (a connection cut after the commit, a pooler restart)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import contextlib
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-Mode = Literal["pass", "delay", "blackhole", "drop"]
+Mode = Literal["pass", "delay", "blackhole", "drop", "lose_replies"]
 
 
 class FaultProxy:
@@ -34,6 +36,8 @@ class FaultProxy:
         self.mode: Mode = "pass"
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        #: connections whose replies were lost: unusable afterwards
+        self._desynced: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
 
@@ -51,6 +55,10 @@ class FaultProxy:
 
     def set_mode(self, mode: Mode) -> None:
         self.mode = mode
+        if mode != "lose_replies":
+            for w in list(self._desynced):  # a reply went missing: cut them, as a network would
+                w.transport.abort()
+            self._desynced.clear()
         if mode == "drop":
             for w in list(self._writers):
                 w.transport.abort()
@@ -81,17 +89,21 @@ class FaultProxy:
             writer.transport.abort()
             return
         self._writers.update((writer, up_w))
-        for src, dst in ((reader, up_w), (up_r, writer)):
-            task = asyncio.get_running_loop().create_task(self._pipe(src, dst))
+        for src, dst, reply in ((reader, up_w, False), (up_r, writer, True)):
+            task = asyncio.get_running_loop().create_task(self._pipe(src, dst, reply))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter,
+                    reply: bool) -> None:
         try:
             while True:
                 data = await src.read(65536)
                 if not data:
                     break
+                if reply and self.mode == "lose_replies":
+                    self._desynced.add(dst)
+                    continue
                 while self.mode == "blackhole":
                     await asyncio.sleep(0.01)  # hold the bytes: nothing gets through
                 if self.mode == "delay":

@@ -74,9 +74,35 @@ def test_config_load_reports_bad_toml(tmp_path: Path) -> None:
 
 def test_secrets_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SMTP_PASSWORD_TEST", "hunter2")
-    c = config.parse(_with("providers.mail.password_env", "SMTP_PASSWORD_TEST"))
+    data = _with("providers.mail.password_env", "SMTP_PASSWORD_TEST")
+    data["providers"]["mail"]["tls"] = "starttls"
+    c = config.parse(data)
     assert c.providers["mail"].password == "hunter2"
     assert "hunter2" not in repr(c)
+
+
+def test_smtp_credentials_without_tls_are_refused_unless_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A password over plain SMTP is readable by anyone on the path."""
+    monkeypatch.setenv("SMTP_PASSWORD_TEST", "hunter2")
+    data = _with("providers.mail.password_env", "SMTP_PASSWORD_TEST")
+    with pytest.raises(config.ConfigError, match=r"providers\.mail\.tls: .*clear text"):
+        config.parse(data, "f.toml")
+    data["providers"]["mail"]["allow_plaintext_auth"] = True
+    assert config.parse(data).providers["mail"].password == "hunter2"
+
+
+def test_a_signing_secret_must_be_base64_as_standard_webhooks_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SIGNING_TEST", "not base64 at all!")
+    with pytest.raises(config.ConfigError, match=r"providers\.crm\.signing_secret_env: .*base64"):
+        config.parse(_with("providers.crm.signing_secret_env", "SIGNING_TEST"), "f.toml")
+    for good in ("c2VjcmV0LWtleQ==", "whsec_c2VjcmV0LWtleQ=="):
+        monkeypatch.setenv("SIGNING_TEST", good)
+        cfg = config.parse(_with("providers.crm.signing_secret_env", "SIGNING_TEST"))
+        assert config.signing_key(cfg.providers["crm"].signing_secret or "") == b"secret-key"
 
 
 json_values = st.recursive(
