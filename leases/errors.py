@@ -4,6 +4,7 @@
     ├── LeaseLost                the guarded block was cancelled: ownership is gone
     ├── SchemaError
     │   └── SchemaTooNew         the database was migrated by a newer fencegate
+    ├── EmbeddedDatabaseUnavailable  no database configured, and no embedded one to start
     └── InvalidArgument          a resource, owner or ttl out of bounds
 
 Losing a claim race is not an error: ``claim`` answers ``None``.
@@ -51,3 +52,8 @@ class SchemaError(LeasesError):
 
 class SchemaTooNew(SchemaError):
     """The database was migrated by a newer fencegate than this one."""
+
+
+class EmbeddedDatabaseUnavailable(LeasesError):
+    """``FENCEGATE_DATABASE_URL`` is unset and the embedded PostgreSQL cannot be
+    started here; the message says what to install or set."""

@@ -26,7 +26,7 @@ def server_dsn() -> Iterator[str]:
     if os.environ.get(database.DATABASE_URL_ENV):
         yield os.environ[database.DATABASE_URL_ENV]
         return
-    yield database.start_embedded(database.home() / "test-pgdata")
+    yield database.start_embedded(database.home() / "test-pgdata", scratch=True)
 
 
 async def _create_template(dsn: str) -> None:

