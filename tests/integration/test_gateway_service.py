@@ -140,3 +140,39 @@ async def test_a_worker_sends_effects_under_its_job_s_fence(gw: Gw) -> None:
     assert row["state"] == "completed" and row["result_ref"] == mail.header("Message-ID")
     assert mail.header("Fence-Resource") == f"job:outreach:{row['id']}"
     assert mail.header("Fence-Token") == str(row["fence"])
+
+
+async def test_a_newer_additive_schema_keeps_an_older_gateway_ready(gw: Gw) -> None:
+    """During a rolling upgrade the new version migrates first: the old
+    gateways answered 503 on /readyz at once and were all pulled from
+    service. An additive migration leaves them ready; a breaking one not."""
+    await gw.pool.execute("INSERT INTO fencegate_migrations (version, name) VALUES (900, 'next')")
+    status, _, body = await gw.request("GET", "/readyz", {})
+    assert status == 200 and body["schema_version"] == 900
+    await gw.pool.execute("UPDATE fencegate_migrations SET breaking = true WHERE version = 900")
+    status, _, body = await gw.request("GET", "/readyz", {})
+    assert (status, body["code"]) == (503, "unavailable")
+    assert "upgrade fencegate" in body["detail"]
+
+
+async def test_an_admission_arriving_after_its_attempt_was_abandoned_is_refused(
+    gw: Gw,
+) -> None:
+    """The gateway gave an attempt up (its admission's answer never came) and
+    freed it by nonce before the admission had even run; the statement,
+    arriving later still, must not leave the key in flight for nobody."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    freed = await gw.pool.fetchval(
+        "SELECT fencegate_finish_effect('agents', 'late', 77, 'run:1', 'free', NULL, NULL, "
+        "NULL, NULL)")
+    assert freed == "gone"  # nothing to free yet: remembered as abandoned
+    verdict = await gw.pool.fetchval(
+        "SELECT verdict FROM fencegate_admit_effect('agents', 'late', '\\x00'::bytea, 'run:1', "
+        "$1, 'mail', 77, 10.0, 0, 5.0)", lease.fence)
+    assert verdict == "abandoned"
+    assert await gw.pool.fetchval("SELECT count(*) FROM fencegate_effects") == 0
+    assert await gw.pool.fetchval("SELECT inflight FROM fencegate_leases") == 0
+    # the key itself is not blocked: a new attempt goes through
+    status, _, _ = await gw.email(lease, "late")
+    assert status == 200
