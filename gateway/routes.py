@@ -359,11 +359,12 @@ def _lease_schema(*required: str) -> dict[str, Any]:
 
 _EFFECT_ANSWERS = {200: "the provider's answer (or a replay of it)", 400: "bad_request",
                    401: "unauthenticated", 403: "forbidden_resource",
+                   408: "request_timeout",
                    409: "effect_in_progress | effect_outcome_unknown",
                    412: "stale_fence | lease_expired | no_lease | invalid_fence",
                    413: "payload_too_large", 422: "idempotency_key_reused | provider_rejected",
-                   429: "rate_limited", 502: "provider_error", 503: "unavailable",
-                   504: "provider_timeout"}
+                   429: "rate_limited", 502: "provider_error | provider_outcome_unknown",
+                   503: "unavailable | overloaded", 504: "provider_timeout"}
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/email", send_email, "Send one email through an SMTP provider",
@@ -388,7 +389,8 @@ ROUTES: tuple[Route, ...] = (
           "Settle an effect whose outcome is unknown",
           body={"type": "object", "required": ["outcome"],
                 "properties": {"outcome": {"enum": ["sent", "not_sent"]}}},
-          answers={200: "resolved", 404: "not_found", 409: "effect_not_unknown"}),
+          answers={200: "resolved", 404: "not_found",
+                   409: "effect_not_unknown | effect_in_progress"}),
     Route("GET", "/healthz", healthz, "Liveness", auth=False, answers={200: "alive"}),
     Route("GET", "/readyz", readyz, "Readiness: database reachable and migrated", auth=False,
           answers={200: "ready", 503: "unavailable"}),

@@ -56,6 +56,7 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
     stale = _stale_deliveries(deliveries, granted, v)
     _expired_let_through(claims, attempts, v)
     _outages(client, attempts, deliveries, outages, v)
+    cut = _cut_bodies(attempts, deliveries, v)
     lost = _lost_jobs(final_jobs, expected_jobs, v)
     refused = Counter(a["code"] for a in attempts if a["status"] != 200)
     report.figures.update({
@@ -66,6 +67,7 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
         "refused": dict(sorted(refused.items())),
         "duplicates": duplicates,
         "stale_deliveries": stale,
+        "cut_bodies": cut,
         "lost_jobs": lost,
         "jobs": dict(final_jobs or {}),
     })
@@ -146,6 +148,21 @@ def _outages(client: str, attempts: Events, deliveries: Events,
         if tries and all(inside(a) for a in tries):
             v.append(f"{d['key']} was delivered though every attempt fell in a database "
                      "outage")
+
+
+def _cut_bodies(attempts: Events, deliveries: Events, v: list[str]) -> int:
+    """6. Bodies arrive whole: the request at the provider, the answer (and
+    its replay) at the worker."""
+    cut = 0
+    for d in deliveries:
+        if not d.get("whole", True):
+            cut += 1
+            v.append(f"{d['key']} reached the provider with its body cut")
+    for a in attempts:
+        if a["status"] == 200 and not a.get("whole", True):
+            cut += 1
+            v.append(f"attempt {a['key']} got the provider's answer cut ({a['code']})")
+    return cut
 
 
 def _lost_jobs(final_jobs: dict[str, int] | None, expected: int, v: list[str]) -> int:

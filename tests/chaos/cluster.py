@@ -33,6 +33,18 @@ from tests.support.faultproxy import FaultProxy
 CLIENT = "chaos"
 API_KEY = "chaos-key"
 PROVIDER_TIMEOUT = 1.0
+DATABASE_TIMEOUT = 1.0
+#: the HTTP sink dedupes a key this long after it first acted on it, and the
+#: gateway is told so: resends must land inside it (a resend admitted late in
+#: the window, behind the gateway's own delays, is what the checker would see
+#: acted on twice)
+HTTP_WINDOW = 12.0
+#: few SMTP connections, so a slow SMTP server saturates them
+SMTP_POOL_SIZE = 2
+#: longer than the provider timeout and the database timeout plus the grace of
+#: the drain barrier: an effect admitted before the pause outlives its
+#: deadline frozen
+GATEWAY_PAUSE_SECONDS = PROVIDER_TIMEOUT + DATABASE_TIMEOUT + 2.0 + 1.0
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,13 +82,13 @@ class Cluster:
         self.smtp_port, self.http_port = free_port(), free_port()
         self.procs.append(self._spawn("tests.chaos.sinks", str(self.smtp_port),
                                       str(self.http_port), str(self.history), str(self.seed),
-                                      str(self.slow_fraction)))
+                                      str(self.slow_fraction), str(HTTP_WINDOW)))
         self.gw_port = free_port()
         self.config = self.dir / "gateway.toml"
         self.config.write_text(f"""
 [server]
 port = {self.gw_port}
-database_timeout_seconds = 1.0
+database_timeout_seconds = {DATABASE_TIMEOUT}
 [database]
 url_env = "CHAOS_DATABASE_URL"
 [[clients]]
@@ -89,13 +101,14 @@ host = "127.0.0.1"
 port = {self.smtp_port}
 timeout_seconds = {PROVIDER_TIMEOUT}
 rate_limit_per_second = 100000
+pool_size = {SMTP_POOL_SIZE}
 [providers.crm]
 kind = "http"
 base_url = "http://127.0.0.1:{self.http_port}/api"
 timeout_seconds = {PROVIDER_TIMEOUT}
 rate_limit_per_second = 100000
 idempotency_header = "Idempotency-Key"
-idempotency_window_seconds = 3600
+idempotency_window_seconds = {HTTP_WINDOW}
 """)
         self.start_gateway()
         self.gw_proxy = await FaultProxy(tcp=("127.0.0.1", self.gw_port),
@@ -158,6 +171,30 @@ idempotency_window_seconds = 3600
         self.fault("kill_gateway", start, time.time(), recovery=recovery)
         return recovery
 
+    async def pause_gateway(self) -> None:
+        """SIGSTOP the gateway mid-effect, for longer than an effect's whole
+        deadline and the barrier's grace, then SIGCONT it: whatever it had
+        admitted must not reach a provider after the next fence."""
+        assert self.gateway is not None
+        start = time.time()
+        os.kill(self.gateway.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(GATEWAY_PAUSE_SECONDS)
+        finally:
+            os.kill(self.gateway.pid, signal.SIGCONT)
+        self.fault("pause_gateway", start, time.time())
+
+    async def saturate_smtp(self, seconds: float) -> None:
+        """The SMTP server answers every message ~0.8 s late for a while: the
+        gateway's few SMTP connections are all busy and effects queue for one."""
+        start = time.time()
+        async with aiohttp.ClientSession() as s, s.post(
+                f"http://127.0.0.1:{self.http_port}/__chaos/slow-smtp",
+                params={"seconds": str(seconds), "delay": "0.8"}) as r:
+            assert r.status == 200
+        await asyncio.sleep(seconds)
+        self.fault("saturate_smtp", start, time.time())
+
     async def restart_postgres(self, down_seconds: float) -> float:
         """Stop PostgreSQL as a crash would (immediate), wait, start it; seconds
         from its start until the gateway is ready again."""
@@ -183,4 +220,4 @@ idempotency_window_seconds = 3600
             proxy.set_mode("drop")  # held bytes are dropped, never delivered late
         proxy.set_mode("pass")
         self.fault(f"{which}_proxy_{mode}", start, time.time(),
-                   db_outage=which == "db" and mode in ("drop", "blackhole"))
+                   db_outage=which == "db" and mode in ("drop", "blackhole", "lose_replies"))

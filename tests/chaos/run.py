@@ -88,6 +88,8 @@ def markdown(r: Run) -> str:
         f"| **duplicate deliveries** | **{f['duplicates']}** |",
         f"| **stale deliveries** (fence superseded, or never granted) | "
         f"**{f['stale_deliveries']}** |",
+        f"| **bodies cut** (request at the provider, or answer at the worker) | "
+        f"**{f['cut_bodies']}** |",
         f"| **lost jobs** (neither completed nor dead) | **{f['lost_jobs']}** |",
         f"| violations found by the checker | {len(r.report.violations)} |",
         "",

@@ -22,7 +22,7 @@ import asyncpg
 
 from leases import LeaseClient, NewJob, Queue
 from tests.chaos.cluster import API_KEY, Cluster
-from tests.chaos.worker import SOAK_QUEUE, SOAK_TTL
+from tests.chaos.worker import METHODS, SOAK_QUEUE, SOAK_TTL
 
 ZOMBIE_TTL = 0.4
 
@@ -142,7 +142,11 @@ async def zombie_trials(cluster: Cluster, trials: int, lanes: int,
 # ---- the mixed soak -------------------------------------------------------------
 
 FAULTS = ["zombie", "kill_worker", "kill_gateway", "restart_postgres", "db_proxy_drop",
-          "db_proxy_blackhole", "gw_proxy_delay", "gw_proxy_drop", "gw_proxy_blackhole"]
+          "db_proxy_blackhole", "gw_proxy_delay", "gw_proxy_drop", "gw_proxy_blackhole",
+          # between admission and send: the gateway's own delays
+          "pause_gateway", "saturate_smtp", "db_proxy_delay",
+          # a statement that committed, its answer lost
+          "db_proxy_lose_replies"]
 
 
 @dataclass
@@ -166,7 +170,8 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
     pool = await asyncpg.create_pool(cluster.pg_dsn, min_size=1, max_size=2)
     q = Queue(LeaseClient(pool=pool), SOAK_QUEUE)
     now = dt.datetime.now(dt.UTC)
-    jobs = [NewJob({"kind": rng.choice(["smtp", "http"])},
+    jobs = [NewJob({"kind": rng.choice(["smtp", "http"]), "method": rng.choice(METHODS),
+                    "chunked": rng.random() < 0.2},
                    run_at=now + dt.timedelta(seconds=rng.uniform(0, spread_seconds)),
                    max_attempts=1000)
             for _ in range(effects)]
@@ -243,16 +248,22 @@ async def drained(dsn: str) -> bool:
         await conn.close()
 
 
+async def freeze(cluster: Cluster, victim: Any) -> None:
+    """A worker process frozen past its leases' ttl, then thawed: a zombie."""
+    start = time.time()
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(SOAK_TTL * 1.5)
+    finally:
+        os.kill(victim.pid, signal.SIGCONT)
+    cluster.fault("zombie", start, time.time())
+
+
 async def strike(cluster: Cluster, kind: str, procs: list[Any], spawn: Any,
                  rng: random.Random, stats: SoakStats) -> None:
     live = [p for p in procs if p.poll() is None]
     if kind == "zombie" and live:
-        victim = rng.choice(live)
-        start = time.time()
-        os.kill(victim.pid, signal.SIGSTOP)
-        await asyncio.sleep(SOAK_TTL * 1.5)
-        os.kill(victim.pid, signal.SIGCONT)
-        cluster.fault("zombie", start, time.time())
+        await freeze(cluster, rng.choice(live))
     elif kind == "kill_worker" and live:
         victim = rng.choice(live)
         start = time.time()
@@ -262,9 +273,16 @@ async def strike(cluster: Cluster, kind: str, procs: list[Any], spawn: Any,
         cluster.fault("kill_worker", start, time.time())
     elif kind == "kill_gateway":
         stats.gateway_recovery_seconds.append(await cluster.kill_gateway())
+    elif kind in ("pause_gateway", "saturate_smtp"):
+        # the gateway held up (frozen, or waiting for an SMTP connection) while
+        # a worker whose effect it holds is frozen past its lease: the job is
+        # recovered and claimed again under a new fence meanwhile
+        held = cluster.pause_gateway() if kind == "pause_gateway" \
+            else cluster.saturate_smtp(rng.uniform(2.5, 4.0))
+        await asyncio.gather(held, *([freeze(cluster, rng.choice(live))] if live else []))
     elif kind == "restart_postgres":
         stats.pg_recovery_seconds.append(
             await cluster.restart_postgres(rng.uniform(0.5, 2.0)))
-    elif kind.endswith(("_drop", "_blackhole", "_delay")):
+    elif kind.endswith(("_drop", "_blackhole", "_delay", "_lose_replies")):
         which, _, mode = kind.partition("_proxy_")
         await cluster.proxy_fault(which, mode, rng.uniform(0.5, 2.0))

@@ -16,9 +16,11 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ import aiohttp
 from gateway.client import FenceToken, GatewayClient, GatewayProblem
 from leases import Job, LeaseClient, LeaseLost, Queue, RetryPolicy, Worker
 from tests.chaos.history import Recorder
+from tests.chaos.sinks import ANSWER, BODY_HASH_HEADER
 
 SOAK_QUEUE = "soak"
 SOAK_TTL = 2.0
@@ -37,18 +40,44 @@ def email_body(key: str) -> dict[str, Any]:
             "subject": f"effect {key}", "text": "hello"}
 
 
-async def send(gw: GatewayClient, lease: Any, kind: str, key: str) -> tuple[int, str]:
-    """One effect attempt: (status, code); status 0 when the gateway was not reached."""
+#: HTTP effects use every method the gateway forwards
+METHODS = ("POST", "PUT", "PATCH", "DELETE", "GET")
+
+
+def http_body(key: str, method: str) -> bytes:
+    """The body of an HTTP effect: a few KB, so a cut one shows."""
+    if method in ("GET", "DELETE"):
+        return b""
+    return json.dumps({"k": key, "pad": "x" * 5000}).encode()
+
+
+async def _pieces(body: bytes) -> AsyncIterator[bytes]:
+    for i in range(0, len(body), 700):  # a chunked upload, in small pieces
+        yield body[i:i + 700]
+        await asyncio.sleep(0)
+
+
+async def send(gw: GatewayClient, lease: Any, kind: str, key: str, method: str = "POST",
+               chunked: bool = False) -> tuple[int, str, bool]:
+    """One effect attempt: (status, code, whether the answer came whole);
+    status 0 when the gateway was not reached."""
     try:
         if kind == "smtp":
             result = await gw.send_email(lease, key, **email_body(key))
+            whole = True
         else:
-            result = await gw.request(lease, "crm", "POST", "events", key, json={"k": key})
-        return result.status, "replayed" if result.replayed else "ok"
+            body = http_body(key, method)
+            headers = {BODY_HASH_HEADER: hashlib.sha256(body).hexdigest(),
+                       "Content-Type": "application/json"}
+            data: Any = _pieces(body) if chunked and body else body or None
+            result = await gw.request(lease, "crm", method, "events", key, data=data,
+                                      headers=headers)
+            whole = result.body == ANSWER
+        return result.status, "replayed" if result.replayed else "ok", whole
     except GatewayProblem as p:
-        return p.status, p.code
+        return p.status, p.code, True
     except (TimeoutError, aiohttp.ClientError) as e:
-        return 0, type(e).__name__
+        return 0, type(e).__name__, True
 
 
 async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
@@ -79,11 +108,11 @@ async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
             else:
                 await asyncio.sleep(cmd.get("delay", 0))
                 t0 = time.time()
-                status, code = await send(gw, FenceToken(cmd["resource"], cmd["fence"]),
-                                          cmd["kind"], cmd["key"])
+                status, code, whole = await send(gw, FenceToken(cmd["resource"], cmd["fence"]),
+                                                 cmd["kind"], cmd["key"])
                 rec.record("attempt", owner=name, key=cmd["key"], kind=cmd["kind"],
                            resource=cmd["resource"], fence=cmd["fence"], t0=t0,
-                           t1=time.time(), status=status, code=code)
+                           t1=time.time(), status=status, code=code, whole=whole)
                 await reply({"id": cmd["id"], "status": status, "code": code})
 
         while line := await reader.readline():
@@ -119,10 +148,13 @@ async def soak(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
         async def handle(job: Job) -> str:
             effect_key = f"job-{job.id}"
             t0 = time.time()
-            status, code = await send(gw, job.lease, job.payload["kind"], effect_key)
-            rec.record("attempt", owner=name, key=effect_key, kind=job.payload["kind"],
+            kind = job.payload["kind"]
+            status, code, whole = await send(gw, job.lease, kind, effect_key,
+                                             job.payload.get("method", "POST"),
+                                             job.payload.get("chunked", False))
+            rec.record("attempt", owner=name, key=effect_key, kind=kind,
                        resource=job.resource, fence=job.fence, t0=t0, t1=time.time(),
-                       status=status, code=code, job=job.id)
+                       status=status, code=code, job=job.id, whole=whole)
             if status == 200:
                 return code
             if code == "effect_outcome_unknown":

@@ -94,3 +94,15 @@ def test_lost_jobs_are_caught() -> None:
 def test_a_fence_issued_twice_is_caught() -> None:
     events = [claim("run:1", 10, 0.0, 1.0), claim("run:1", 10, 2.0, 3.0)]
     assert any("issued twice" in v for v in check(events, client=CLIENT).violations)
+
+
+def test_a_body_cut_on_its_way_to_the_provider_is_caught() -> None:
+    cut = {**delivery("k", "run:1", 10, 0.15), "whole": False}
+    events = [e for e in clean() if e["ev"] != "delivery"] + [cut]
+    assert any("body cut" in v for v in check(events, client=CLIENT).violations)
+
+
+def test_an_answer_cut_on_its_way_back_is_caught() -> None:
+    events = [*clean(), {**attempt("k", "run:1", 11, 2.3, 2.4, 200, "replayed"),
+                         "whole": False}]
+    assert any("answer cut" in v for v in check(events, client=CLIENT).violations)
