@@ -13,12 +13,11 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from leases import LeaseClient, database, jobs_cli
+from leases import LeaseClient, database, jobs_cli, logs
 from leases import cli as leases_cli
 from leases.errors import LeasesError
 
-from . import logs
-from .config import ConfigError
+from .errors import ConfigError
 from .ledger import Ledger
 
 CONFIG_ENV = "FENCEGATE_CONFIG"

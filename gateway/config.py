@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from .errors import ConfigError
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -30,10 +32,6 @@ DEFAULT_SMTP_POOL_SIZE = 4
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-class ConfigError(Exception):
-    """The configuration file is wrong; the message says where."""
 
 
 @dataclass(frozen=True)

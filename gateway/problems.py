@@ -1,11 +1,8 @@
-"""Errors of the gateway, and the one place each maps to an HTTP problem.
+"""``Problem``: an answer to the caller, as an RFC 9457 document (the error
+tree is drawn in errors.py).
 
-    GatewayError
-    └── Problem                   an answer to the caller, as an RFC 9457 document
-                                  (code → status and title in PROBLEMS below)
-
-Every problem ``code`` the gateway can answer is listed in ``wire.PROBLEMS``;
-nothing else builds a problem response.
+Every problem ``code`` the gateway can answer is listed in ``wire.PROBLEMS``
+with its status; nothing else builds a problem response.
 """
 
 from __future__ import annotations
@@ -15,13 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
+from .errors import GatewayError
 from .wire import PROBLEM_HEADER, PROBLEMS, ProblemCode
 
 PROBLEM_TYPE_BASE = "https://fencegate.dev/problems/"
-
-
-class GatewayError(Exception):
-    """Base of every error raised by ``gateway``."""
 
 
 class Problem(GatewayError):

@@ -20,6 +20,8 @@ from .errors import LeaseLost, LostReason, Unavailable
 from .metrics import LEASE_CLAIMS, LEASE_RENEWALS
 
 log = logging.getLogger("fencegate.leases")
+#: every claim, won or lost (DEBUG: turn it on to see who got which fence)
+claims_log = logging.getLogger("fencegate.leases.claims")
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_COMMAND_TIMEOUT = 30.0
@@ -165,8 +167,13 @@ class LeaseClient:
             raise
         if row is None:
             LEASE_CLAIMS.labels(result="held").inc()
+            claims_log.debug("claim of %s lost: held by another owner", resource, extra={
+                "resource": resource, "owner": owner, "result": "held"})
             return None
         LEASE_CLAIMS.labels(result="won").inc()
+        claims_log.debug("claimed %s: fence %s, owner %s", resource, row["fence"], owner,
+                         extra={"resource": resource, "owner": owner, "fence": row["fence"],
+                                "result": "won"})
         return Lease(
             self, row["resource"], row["owner"], row["fence"], row["expires_at"],
             ttl, sent_at, renewal or policy.RenewalPolicy(ttl),
@@ -212,7 +219,8 @@ class LeaseClient:
                 await asyncio.sleep(min(1.0, ttl / 10))
                 continue
             if fence is not None:
-                log.info("unanswered claim abandoned", extra={
+                log.info("unanswered claim of %s abandoned (fence %s)", resource, fence,
+                         extra={
                     "resource": resource, "owner": owner, "fence": fence})
             return
 
@@ -246,7 +254,8 @@ class LeaseClient:
                 await asyncio.sleep(lease.policy.ttl * policy.DEFAULT_RETRY_FRACTION)
                 continue
             if released:
-                log.info("lost lease released", extra={
+                log.info("lost lease on %s (fence %s) released", lease.resource, lease.fence,
+                         extra={
                     "resource": lease.resource, "owner": lease.owner, "fence": lease.fence})
             return
 
@@ -374,8 +383,10 @@ class Lease:
         if self._lost is not None:
             return
         self._lost = LeaseLost(self.resource, self.fence, reason, detail)
-        log.warning("lease lost", extra={"resource": self.resource, "owner": self.owner,
-                                         "fence": self.fence, "reason": reason})
+        log.warning("lease on %s (fence %s, owner %s) lost: %s (%s)", self.resource,
+                    self.fence, self.owner, reason, detail, extra={
+                        "resource": self.resource, "owner": self.owner, "fence": self.fence,
+                        "reason": reason})
         if self._alarm is not None:
             self._alarm.close()
         renewing, self._renewing = self._renewing, None
@@ -440,7 +451,8 @@ class Lease:
                 self._confirmed(sent_at, expires_at)
             elif isinstance(error, Unavailable):
                 self._failures += 1
-                log.info("lease renewal failed, retrying", extra={
+                log.info("renewal of %s (fence %s) got no answer, retrying", self.resource,
+                         self.fence, extra={
                     "resource": self.resource, "owner": self.owner, "fence": self.fence,
                     "error": type(error).__name__})
                 self._next_renewal = self.policy.retry_at(clock.now(), self.deadline)

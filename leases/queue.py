@@ -24,6 +24,7 @@ from .metrics import AWAITING_PURGE, JOBS
 from .retry import RetryPolicy, sanitize_error
 
 log = logging.getLogger("fencegate.queue")
+claims_log = logging.getLogger("fencegate.leases.claims")
 
 QUEUE_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,100}")
 #: claimers recover expired claims at most this often (per Queue object)
@@ -154,6 +155,11 @@ class Queue:
         jobs = [self._job(r, owner, ttl, sent_at) for r in rows]
         if jobs:
             JOBS.labels(queue=self.name, event="claimed").inc(len(jobs))
+        for job in jobs:
+            claims_log.debug("job %s of queue %s claimed by %s: fence %s, attempt %d",
+                             job.id, self.name, owner, job.fence, job.attempts, extra={
+                                 "queue": self.name, "job": job.id, "owner": owner,
+                                 "fence": job.fence, "attempt": job.attempts})
         return jobs
 
     def _job(self, r: asyncpg.Record, owner: str, ttl: float, sent_at: float) -> Job:
@@ -204,9 +210,12 @@ class Queue:
         dead = sum(1 for r in rows if r["state"] == "dead")
         if dead:
             JOBS.labels(queue=self.name, event="dead").inc(dead)
-        if rows:
-            log.info("recovered expired claims",
-                     extra={"queue": self.name, "jobs": len(rows), "dead": dead})
+        for r in rows:  # who stopped renewing what, under which fence
+            log.info("job %s of queue %s recovered from %s (fence %s): %s", r["id"], r["queue"],
+                     r["claimed_by"], r["fence"], "dead, its last attempt"
+                     if r["state"] == "dead" else "back in the queue", extra={
+                         "queue": r["queue"], "job": r["id"], "owner": r["claimed_by"],
+                         "fence": r["fence"], "now": r["state"]})
         return len(rows)
 
     def _maybe_recover(self) -> None:

@@ -241,11 +241,15 @@ class Worker:
                             "owner": job.lease.owner, "attempt": job.attempts, "now": state})
                 else:
                     if not await self._completions.complete(job, result):
-                        log.warning("job completed by a stale holder: not counted",
-                                    extra={"queue": job.queue, "job": job.id})
+                        log.warning("job %s of queue %s completed under fence %s, no longer "
+                                    "current: not counted", job.id, job.queue, job.fence,
+                                    extra={"queue": job.queue, "job": job.id,
+                                           "fence": job.fence, "owner": job.lease.owner})
         except LeaseLost as lost:
-            log.warning("job lease lost: handler cancelled",
-                        extra={"queue": job.queue, "job": job.id, "reason": lost.reason})
+            log.warning("job %s of queue %s: its lease (fence %s) was lost (%s), the handler "
+                        "was cancelled", job.id, job.queue, job.fence, lost.reason,
+                        extra={"queue": job.queue, "job": job.id, "fence": job.fence,
+                               "owner": job.lease.owner, "reason": lost.reason})
         except Unavailable as exc:
             # completion could not be recorded: the lease lapses and the job is
             # recovered and run again (at-least-once; effects are fenced)

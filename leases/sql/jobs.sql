@@ -119,7 +119,7 @@ UPDATE fencegate_jobs j
        last_error = 'lease expired: the worker stopped renewing (crashed, killed or stalled)'
   FROM locked
  WHERE j.id = locked.id AND j.state = 'claimed' AND j.fence = locked.fence
-RETURNING j.id, j.queue, j.state;
+RETURNING j.id, j.queue, j.state, j.fence, j.claimed_by;
 
 -- name: replay_jobs
 -- Dead jobs back to the queue with their attempts reset.
