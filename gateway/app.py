@@ -11,18 +11,19 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from leases import LeaseClient, database, migrate
+from leases import LeaseClient, Unavailable, database, migrate
 from leases.metrics import AWAITING_PURGE
 from leases.observe import QueueCollector
 
 from .auth import Authenticator
-from .config import Config
+from .config import Config, SmtpProviderConfig
 from .ledger import Ledger
-from .metrics import HTTP_DURATION, start_at_zero
+from .metrics import DB_UNAVAILABLE, HTTP_DURATION, start_at_zero
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
 from .state import GATEWAY, Gateway
+from .wire import IDEMPOTENCY_KEY, RETRY_AFTER
 
 log = logging.getLogger("fencegate.gateway")
 
@@ -44,6 +45,12 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         return await handler(request)
     except Problem as p:
         response = p.response()
+    except Unavailable as exc:  # the database gave no answer: fail closed, here only
+        DB_UNAVAILABLE.inc()
+        log.warning("database unreachable: %s", exc, extra={
+            "path": request.path, "error": type(exc.__cause__).__name__})
+        response = Problem("unavailable", "the database cannot be reached; nothing was sent",
+                           headers={RETRY_AFTER: "1"}).response()
     except web.HTTPNotFound:
         response = Problem("not_found", "no such route").response()
     except web.HTTPMethodNotAllowed:
@@ -78,9 +85,9 @@ async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
         status = response.status
         if route is not None and route.effect:  # every answer to an effect echoes its key
-            key = request.headers.get("Idempotency-Key", "")
+            key = request.headers.get(IDEMPOTENCY_KEY, "")
             if key and key.isascii() and key.isprintable() and len(key) <= 255:
-                response.headers["Idempotency-Key"] = key
+                response.headers[IDEMPOTENCY_KEY] = key
         return response
     finally:
         HTTP_DURATION.labels(route=route.openapi_path if route else "unmatched",
@@ -91,7 +98,7 @@ async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
 def make_providers(config: Config) -> dict[str, Provider]:
     out: dict[str, Provider] = {}
     for name, p in config.providers.items():
-        out[name] = SmtpProvider(p) if p.kind == "smtp" else \
+        out[name] = SmtpProvider(p) if isinstance(p, SmtpProviderConfig) else \
             HttpProvider(p, config.server.max_body_bytes)
     return out
 
@@ -120,12 +127,11 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             # without it, a connection whose answers are lost holds the request
             # (and the pool slot) for a minute
             command_timeout=db_timeout)
-        gw = Gateway(config=config, pool=pool,
-                     ledger=Ledger(pool, config.server.database_timeout_seconds),
-                     leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
-                     providers=make_providers(config), rate_share=1 / processes)
-        gw.observer = QueueCollector(gw.leases,
-                                     timeout=config.server.database_timeout_seconds)
+        leases = LeaseClient(pool=pool, timeout=db_timeout)
+        gw = Gateway(config=config, pool=pool, ledger=Ledger(leases), leases=leases,
+                     auth=Authenticator(config.clients), providers=make_providers(config),
+                     rate_share=1 / processes)
+        gw.observer = QueueCollector(gw.leases, timeout=db_timeout)
         for provider in gw.providers.values():
             await provider.start()
         app[GATEWAY] = gw
@@ -158,7 +164,7 @@ async def _purge_loop(gw: Gateway) -> None:
             AWAITING_PURGE.labels(table="effects").set(await gw.ledger.awaiting_purge(retention))
             if purged:
                 log.info("purged finished effects", extra={"effects": purged})
-        except Problem:
+        except Unavailable:
             log.warning("purge skipped: database unreachable")
         except Exception as exc:
             log.error("purge failed: %s", exc, extra={"error": type(exc).__name__},

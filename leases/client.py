@@ -16,22 +16,12 @@ import asyncpg
 
 from . import clock, database, policy, sql
 from .alarm import Alarm
-from .errors import LeaseLost, LostReason
+from .errors import LeaseLost, LostReason, Unavailable
 from .metrics import LEASE_CLAIMS, LEASE_RENEWALS
 
 log = logging.getLogger("fencegate.leases")
-
-#: errors that mean "no answer from the database", as opposed to a refusal
-UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.AdminShutdownError,
-    asyncpg.ConnectionDoesNotExistError,
-)
+#: every claim, won or lost (DEBUG: turn it on to see who got which fence)
+claims_log = logging.getLogger("fencegate.leases.claims")
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_COMMAND_TIMEOUT = 30.0
@@ -56,7 +46,9 @@ class LeaseClient:
     """Claims, renews and releases leases in PostgreSQL.
 
     ``LeaseClient(dsn)`` opens its own pool on first use (or ``await
-    client.connect()``); ``LeaseClient(pool=pool)`` borrows one.
+    client.connect()``); ``LeaseClient(pool=pool)`` borrows one. With
+    ``timeout``, a call that gets no answer in that many seconds raises
+    ``Unavailable``, as any call does that gets no answer at all.
 
     Without ``owner``, every lease gets an owner of its own (this process's
     id and a random part), so two tasks of one process never both hold a
@@ -71,9 +63,11 @@ class LeaseClient:
         pool: asyncpg.Pool | None = None,
         owner: str | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
+        timeout: float | None = None,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ValueError("give either dsn or pool")
+        self.timeout = timeout
         self._dsn = dsn
         self._pool = pool
         self._own_pool = pool is None
@@ -118,9 +112,32 @@ class LeaseClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        pool = await self.connect()
-        return await pool.fetchrow(sql.query(name), *args)
+    # ---- the named statements, with no answer mapped to Unavailable ----------
+
+    async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
+        """Run the statement ``name`` of leases/sql; its rows."""
+        async with database.answered(self.timeout):
+            pool = await self.connect()
+            rows: list[asyncpg.Record] = await pool.fetch(sql.query(name), *args)
+            return rows
+
+    async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
+        async with database.answered(self.timeout):
+            pool = await self.connect()
+            row: asyncpg.Record | None = await pool.fetchrow(sql.query(name), *args)
+            return row
+
+    async def fetchval(self, name: str, *args: Any) -> Any:
+        async with database.answered(self.timeout):
+            pool = await self.connect()
+            return await pool.fetchval(sql.query(name), *args)
+
+    async def execute(self, name: str, *args: Any) -> int:
+        """Run a statement; how many rows it touched."""
+        async with database.answered(self.timeout):
+            pool = await self.connect()
+            status: str = await pool.execute(sql.query(name), *args)
+            return int(status.split()[-1])
 
     async def claim(
         self,
@@ -128,7 +145,7 @@ class LeaseClient:
         ttl: float,
         *,
         owner: str | None = None,
-        policy_: policy.RenewalPolicy | None = None,
+        renewal: policy.RenewalPolicy | None = None,
     ) -> Lease | None:
         """Claim ``resource`` for ``ttl`` seconds; ``None`` if someone else holds it.
 
@@ -143,18 +160,23 @@ class LeaseClient:
         policy.check_resource(resource)
         sent_at = clock.now()
         try:
-            row = await self._fetchrow("claim_lease", resource, owner, ttl)
+            row = await self.fetchrow("claim_lease", resource, owner, ttl)
         except BaseException:
             if made_up:
                 self.abandon(resource, owner, ttl)
             raise
         if row is None:
             LEASE_CLAIMS.labels(result="held").inc()
+            claims_log.debug("claim of %s lost: held by another owner", resource, extra={
+                "resource": resource, "owner": owner, "result": "held"})
             return None
         LEASE_CLAIMS.labels(result="won").inc()
+        claims_log.debug("claimed %s: fence %s, owner %s", resource, row["fence"], owner,
+                         extra={"resource": resource, "owner": owner, "fence": row["fence"],
+                                "result": "won"})
         return Lease(
             self, row["resource"], row["owner"], row["fence"], row["expires_at"],
-            ttl, sent_at, policy_ or policy.RenewalPolicy(ttl),
+            ttl, sent_at, renewal or policy.RenewalPolicy(ttl),
         )
 
     async def renew(
@@ -164,7 +186,7 @@ class LeaseClient:
         ``None`` when the lease is no longer theirs. With ``margin``, also
         ``None`` once the lease is within ``margin`` seconds of its expiry (by
         the database's clock): the holder has given up by then."""
-        row = await self._fetchrow(
+        row = await self.fetchrow(
             "renew_lease", policy.check_resource(resource), policy.check_owner(owner),
             policy.check_fence(fence), policy.check_ttl(ttl), float(margin),
         )
@@ -173,7 +195,7 @@ class LeaseClient:
 
     async def release(self, resource: str, owner: str, fence: int) -> bool:
         """End a live lease at once, keeping its fence. False if it was not held."""
-        row = await self._fetchrow(
+        row = await self.fetchrow(
             "release_lease", policy.check_resource(resource), policy.check_owner(owner),
             policy.check_fence(fence),
         )
@@ -191,14 +213,14 @@ class LeaseClient:
         give_up = clock.now() + ttl  # by then it has expired by itself
         while clock.now() < give_up:
             try:
-                pool = await self.connect()
                 async with asyncio.timeout(max(ttl, 1.0)):
-                    fence = await pool.fetchval(sql.query("abandon_claim"), resource, owner)
-            except UNREACHABLE_ERRORS:
+                    fence = await self.fetchval("abandon_claim", resource, owner)
+            except (Unavailable, TimeoutError):
                 await asyncio.sleep(min(1.0, ttl / 10))
                 continue
             if fence is not None:
-                log.info("unanswered claim abandoned", extra={
+                log.info("unanswered claim of %s abandoned (fence %s)", resource, fence,
+                         extra={
                     "resource": resource, "owner": owner, "fence": fence})
             return
 
@@ -220,7 +242,7 @@ class LeaseClient:
     async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         give_up = clock.now() + lease.ttl * 2
         if pending:  # release now, and again once the renewal under way has settled
-            with contextlib.suppress(*UNREACHABLE_ERRORS):
+            with contextlib.suppress(Unavailable, TimeoutError):
                 await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
             await asyncio.wait(pending, timeout=lease.ttl)
@@ -228,16 +250,17 @@ class LeaseClient:
             try:
                 released = await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
-            except UNREACHABLE_ERRORS:
+            except (Unavailable, TimeoutError):
                 await asyncio.sleep(lease.policy.ttl * policy.DEFAULT_RETRY_FRACTION)
                 continue
             if released:
-                log.info("lost lease released", extra={
+                log.info("lost lease on %s (fence %s) released", lease.resource, lease.fence,
+                         extra={
                     "resource": lease.resource, "owner": lease.owner, "fence": lease.fence})
             return
 
     async def show(self, resource: str) -> LeaseInfo | None:
-        row = await self._fetchrow("show_lease", policy.check_resource(resource))
+        row = await self.fetchrow("show_lease", policy.check_resource(resource))
         if row is None:
             return None
         return LeaseInfo(row["resource"], row["owner"], row["fence"], row["expires_at"],
@@ -360,8 +383,10 @@ class Lease:
         if self._lost is not None:
             return
         self._lost = LeaseLost(self.resource, self.fence, reason, detail)
-        log.warning("lease lost", extra={"resource": self.resource, "owner": self.owner,
-                                         "fence": self.fence, "reason": reason})
+        log.warning("lease on %s (fence %s, owner %s) lost: %s (%s)", self.resource,
+                    self.fence, self.owner, reason, detail, extra={
+                        "resource": self.resource, "owner": self.owner, "fence": self.fence,
+                        "reason": reason})
         if self._alarm is not None:
             self._alarm.close()
         renewing, self._renewing = self._renewing, None
@@ -424,9 +449,10 @@ class Lease:
                     return
                 self._failures = 0
                 self._confirmed(sent_at, expires_at)
-            elif isinstance(error, UNREACHABLE_ERRORS):
+            elif isinstance(error, Unavailable):
                 self._failures += 1
-                log.info("lease renewal failed, retrying", extra={
+                log.info("renewal of %s (fence %s) got no answer, retrying", self.resource,
+                         self.fence, extra={
                     "resource": self.resource, "owner": self.owner, "fence": self.fence,
                     "error": type(error).__name__})
                 self._next_renewal = self.policy.retry_at(clock.now(), self.deadline)
@@ -470,7 +496,7 @@ class Lease:
         if lost is None:
             await self._stop_keeper()
             if not self._released:
-                with contextlib.suppress(*UNREACHABLE_ERRORS):
+                with contextlib.suppress(Unavailable):
                     await self.release()  # best effort: otherwise it lapses at expiry
             return False
         # lost: nothing more is awaited here, so nothing more can be cancelled

