@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from leases import LeaseClient, Unavailable, database, migrate
+from leases import Busy, LeaseClient, Unavailable, database, migrate
 from leases.metrics import AWAITING_PURGE
 from leases.observe import QueueCollector
 
 from .auth import Authenticator
 from .config import Config, SmtpProviderConfig
 from .ledger import Ledger
-from .metrics import DB_UNAVAILABLE, HTTP_DURATION, start_at_zero
+from .metrics import DB_UNAVAILABLE, HTTP_DURATION, IN_FLIGHT, REQUESTS_REFUSED, start_at_zero
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
@@ -29,7 +29,8 @@ log = logging.getLogger("fencegate.gateway")
 
 ROUTE_KEY = web.AppKey("routes", dict)
 PURGE_INTERVAL_SECONDS = 600.0
-POOL_SIZE = 20
+#: the longest a request waits for a free database connection
+POOL_WAIT_SECONDS = 1.0
 
 
 def _route_of(request: web.Request) -> Route | None:
@@ -51,6 +52,11 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
             "path": request.path, "error": type(exc.__cause__).__name__})
         response = Problem("unavailable", "the database cannot be reached; nothing was sent",
                            headers={RETRY_AFTER: "1"}).response()
+    except Busy:  # every connection of this process's pool in use: overload, not an outage
+        REQUESTS_REFUSED.labels(reason="database_pool").inc()
+        response = Problem("overloaded", "the gateway is overloaded (no database connection "
+                           "came free in time); nothing was sent, retry later",
+                           headers={RETRY_AFTER: "1"}).response()
     except web.HTTPNotFound:
         response = Problem("not_found", "no such route").response()
     except web.HTTPMethodNotAllowed:
@@ -66,6 +72,30 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         response = Problem("internal_error", "the gateway failed; nothing more is known to "
                            "the caller, the operator has the log").response()
     return response
+
+
+@web.middleware
+async def bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """At most ``max_requests_in_flight`` API requests at once in this process:
+    past it, 503 overloaded at once, before anything is read or admitted,
+    rather than queueing for seconds behind the others. Health, readiness and
+    metrics are never refused."""
+    route = _route_of(request)
+    if route is None or not route.auth:
+        return await handler(request)
+    gw = gw_of(request)
+    if gw.in_flight >= gw.config.max_requests_in_flight:
+        REQUESTS_REFUSED.labels(reason="in_flight").inc()
+        raise Problem("overloaded", f"the gateway is at its limit of "
+                      f"{gw.config.max_requests_in_flight} requests at once; nothing was "
+                      "sent, retry later", headers={RETRY_AFTER: "1"})
+    gw.in_flight += 1
+    IN_FLIGHT.inc()
+    try:
+        return await handler(request)
+    finally:
+        gw.in_flight -= 1
+        IN_FLIGHT.dec()
 
 
 @web.middleware
@@ -107,7 +137,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
               processes: int = 1) -> web.Application:
     """The gateway for ``config`` on the database at ``dsn``, as one of
     ``processes`` serving processes (each takes its share of the rate limits)."""
-    app = web.Application(middlewares=[timing, problems, authenticate],
+    app = web.Application(middlewares=[timing, problems, bounded, authenticate],
                           client_max_size=config.server.max_body_bytes + 1)
     routes: dict[object, Route] = {}
     for r in ROUTES:
@@ -119,7 +149,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             await migrate.migrate_dsn(dsn)
         db_timeout = config.server.database_timeout_seconds
         pool = await database.create_pool(
-            dsn, min_size=2, max_size=POOL_SIZE,
+            dsn, min_size=2, max_size=config.database_pool_size,
             # no statement outlives the gateway's wait for it: an admission the
             # gateway gave up on has ended, one way or the other, soon after
             server_settings={"statement_timeout": str(int(db_timeout * 1000))},
@@ -127,7 +157,10 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             # without it, a connection whose answers are lost holds the request
             # (and the pool slot) for a minute
             command_timeout=db_timeout)
-        leases = LeaseClient(pool=pool, timeout=db_timeout)
+        # a connection that does not come free within a second means overload:
+        # refuse (503 overloaded) rather than queue for the database timeout
+        leases = LeaseClient(pool=pool, timeout=db_timeout,
+                             acquire_timeout=min(db_timeout, POOL_WAIT_SECONDS))
         gw = Gateway(config=config, pool=pool, ledger=Ledger(leases), leases=leases,
                      auth=Authenticator(config.clients), providers=make_providers(config),
                      rate_share=1 / processes)

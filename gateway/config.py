@@ -27,6 +27,11 @@ DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_DATABASE_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
 DEFAULT_BARRIER_GRACE_SECONDS = 2.0
+DEFAULT_DATABASE_POOL_SIZE = 20
+#: the default bound on requests in flight, per database connection: an effect
+#: holds a connection only for its two statements, and waits on the provider
+#: in between, so several share one
+REQUESTS_PER_CONNECTION = 8
 DEFAULT_SMTP_POOL_SIZE = 4
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -49,6 +54,9 @@ class ServerConfig:
     #: longer than the gateway's own deadline for it: bytes written just before
     #: that deadline must have reached the provider by then
     barrier_grace_seconds: float = DEFAULT_BARRIER_GRACE_SECONDS
+    #: requests taken on at once per process (0: the database pool size times
+    #: REQUESTS_PER_CONNECTION); past it, 503 overloaded at once
+    max_requests_in_flight: int = 0
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,14 @@ class Config:
     clients: tuple[ClientConfig, ...]
     providers: dict[str, ProviderConfig]
     source: str = "<memory>"
+    #: connections to PostgreSQL per gateway process
+    database_pool_size: int = DEFAULT_DATABASE_POOL_SIZE
+
+    @property
+    def max_requests_in_flight(self) -> int:
+        """Requests one process takes on at once; past it, 503 overloaded at once."""
+        return self.server.max_requests_in_flight or \
+            self.database_pool_size * REQUESTS_PER_CONNECTION
 
     @property
     def default_email_provider(self) -> str | None:
@@ -179,7 +195,7 @@ def _server(source: str, raw: Any) -> ServerConfig:
     r = _Reader(source, "server", raw)
     r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds",
                      "database_timeout_seconds", "body_timeout_seconds",
-                     "barrier_grace_seconds"})
+                     "barrier_grace_seconds", "max_requests_in_flight"})
     return ServerConfig(
         host=r.get("host", str, DEFAULT_HOST),
         port=int(r.number("port", DEFAULT_PORT, 0, 65535)),
@@ -196,6 +212,7 @@ def _server(source: str, raw: Any) -> ServerConfig:
         barrier_grace_seconds=r.number(
             "barrier_grace_seconds", DEFAULT_BARRIER_GRACE_SECONDS, 0.5, 3600
         ),
+        max_requests_in_flight=int(r.number("max_requests_in_flight", 0, 0, 1_000_000)),
     )
 
 
@@ -321,7 +338,7 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     top.check_unknown({"server", "database", "clients", "providers"})
     server = _server(source, data.get("server", {}))
     db = _Reader(source, "database", data.get("database", {}))
-    db.check_unknown({"url_env"})
+    db.check_unknown({"url_env", "pool_size"})
     clients = tuple(_client(source, i, c)
                     for i, c in enumerate(top.get("clients", list, [])))
     names = [c.name for c in clients]
@@ -333,7 +350,8 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     raw_providers = top.get("providers", dict, {})
     providers = {name: _provider(source, name, raw) for name, raw in raw_providers.items()}
     return Config(server, db.get("url_env", str, DEFAULT_DATABASE_URL_ENV), clients,
-                  providers, source)
+                  providers, source,
+                  int(db.number("pool_size", DEFAULT_DATABASE_POOL_SIZE, 2, 1000)))
 
 
 def load(path: str | Path) -> Config:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import asyncpg
 
-from leases import LeaseClient, Unavailable
+from leases import Busy, LeaseClient, Unavailable
 
 from .wire import Verdict
 
@@ -128,7 +128,7 @@ class Ledger:
         """Record an attempt's end; None when the database gave no answer."""
         try:
             done: Finished = await self.db.fetchval("finish_effect", *args)
-        except Unavailable:
+        except (Unavailable, Busy):
             return None
         return done
 

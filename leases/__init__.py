@@ -2,6 +2,7 @@
 
 from .client import Lease, LeaseClient, LeaseInfo
 from .errors import (
+    Busy,
     InvalidArgument,
     LeaseLost,
     LeasesError,
@@ -15,6 +16,7 @@ from .retry import RetryDecision, RetryPolicy
 from .worker import Worker
 
 __all__ = [
+    "Busy",
     "InvalidArgument",
     "Job",
     "Lease",

@@ -7,7 +7,8 @@ import contextlib
 import datetime as dt
 import logging
 import secrets
-from collections.abc import Coroutine
+import time
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -16,8 +17,8 @@ import asyncpg
 
 from . import clock, database, policy, sql
 from .alarm import Alarm
-from .errors import LeaseLost, LostReason, Unavailable
-from .metrics import LEASE_CLAIMS, LEASE_RENEWALS
+from .errors import Busy, LeaseLost, LostReason, Unavailable
+from .metrics import LEASE_CLAIMS, LEASE_RENEWALS, POOL_BUSY, POOL_WAIT
 
 log = logging.getLogger("fencegate.leases")
 #: every claim, won or lost (DEBUG: turn it on to see who got which fence)
@@ -25,6 +26,10 @@ claims_log = logging.getLogger("fencegate.leases.claims")
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_COMMAND_TIMEOUT = 30.0
+#: how long a call waits for a free connection of the pool, by default
+DEFAULT_ACQUIRE_TIMEOUT = 10.0
+#: connections kept for renewals and releases (see LeaseClient._keeping)
+KEEPING_POOL_SIZE = 2
 #: at close, how long releases of lost leases may still take
 RELEASE_ON_CLOSE_SECONDS = 2.0
 #: a lost lease's block is cancelled again this often until it has exited
@@ -64,14 +69,22 @@ class LeaseClient:
         owner: str | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
         timeout: float | None = None,
+        acquire_timeout: float | None = None,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ValueError("give either dsn or pool")
         self.timeout = timeout
+        #: how long a call waits for a free connection before ``Busy``
+        self.acquire_timeout = acquire_timeout if acquire_timeout is not None else \
+            (timeout if timeout is not None else DEFAULT_ACQUIRE_TIMEOUT)
         self._dsn = dsn
         self._pool = pool
         self._own_pool = pool is None
         self._pool_size = pool_size
+        #: renewals and releases of leases held in ``async with`` go through a
+        #: connection of their own, so that a pool saturated by the work the
+        #: leases guard never costs a lease (only with a pool of our own)
+        self._keeping: asyncpg.Pool | None = None
         self._connect_lock = asyncio.Lock()
         self._fixed_owner = owner is not None
         self.owner = policy.check_owner(owner) if owner else policy.default_owner()
@@ -90,14 +103,30 @@ class LeaseClient:
                     )
         return self._pool
 
+    async def _keeping_pool(self) -> asyncpg.Pool:
+        """The pool of renewals and releases: a small one of its own when this
+        client owns its pool, else the shared one."""
+        if not self._own_pool:
+            return await self.connect()
+        if self._keeping is None:
+            async with self._connect_lock:
+                if self._keeping is None:
+                    assert self._dsn is not None
+                    self._keeping = await database.create_pool(
+                        self._dsn, min_size=1, max_size=KEEPING_POOL_SIZE,
+                        command_timeout=DEFAULT_COMMAND_TIMEOUT)
+        return self._keeping
+
     async def close(self) -> None:
         if self._background:  # releases of lost leases still under way
             await asyncio.wait(set(self._background), timeout=RELEASE_ON_CLOSE_SECONDS)
             for task in set(self._background):
                 task.cancel()
-        if self._own_pool and self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        for attr in ("_pool", "_keeping"):
+            pool = getattr(self, attr)
+            if self._own_pool and pool is not None:
+                setattr(self, attr, None)
+                await pool.close()
 
     def new_owner(self) -> str:
         """The owner for a new lease: the fixed one, or a fresh one per lease."""
@@ -114,29 +143,48 @@ class LeaseClient:
 
     # ---- the named statements, with no answer mapped to Unavailable ----------
 
+    @contextlib.asynccontextmanager
+    async def _connection(self, keeping: bool = False) -> AsyncIterator[asyncpg.Connection]:
+        """A connection of the pool, or ``Busy`` when none came free in time
+        (nothing was sent), or ``Unavailable`` when none could be made."""
+        async with database.answered(self.timeout):
+            pool = await (self._keeping_pool() if keeping else self.connect())
+            saturated = pool.get_size() >= pool.get_max_size() and pool.get_idle_size() == 0
+            started = time.monotonic()
+            try:
+                conn = await pool.acquire(timeout=self.acquire_timeout)
+            except asyncio.TimeoutError:
+                if not saturated:
+                    raise  # connecting took too long: no answer from the database
+                POOL_BUSY.inc()
+                raise Busy(f"no database connection came free within "
+                           f"{self.acquire_timeout:g} s: this process is overloaded") from None
+            POOL_WAIT.observe(time.monotonic() - started)
+            try:
+                yield conn
+            finally:
+                await pool.release(conn)
+
     async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         """Run the statement ``name`` of leases/sql; its rows."""
-        async with database.answered(self.timeout):
-            pool = await self.connect()
-            rows: list[asyncpg.Record] = await pool.fetch(sql.query(name), *args)
+        async with self._connection() as conn:
+            rows: list[asyncpg.Record] = await conn.fetch(sql.query(name), *args)
             return rows
 
-    async def fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        async with database.answered(self.timeout):
-            pool = await self.connect()
-            row: asyncpg.Record | None = await pool.fetchrow(sql.query(name), *args)
+    async def fetchrow(self, name: str, *args: Any, keeping: bool = False,
+                       ) -> asyncpg.Record | None:
+        async with self._connection(keeping) as conn:
+            row: asyncpg.Record | None = await conn.fetchrow(sql.query(name), *args)
             return row
 
     async def fetchval(self, name: str, *args: Any) -> Any:
-        async with database.answered(self.timeout):
-            pool = await self.connect()
-            return await pool.fetchval(sql.query(name), *args)
+        async with self._connection() as conn:
+            return await conn.fetchval(sql.query(name), *args)
 
     async def execute(self, name: str, *args: Any) -> int:
         """Run a statement; how many rows it touched."""
-        async with database.answered(self.timeout):
-            pool = await self.connect()
-            status: str = await pool.execute(sql.query(name), *args)
+        async with self._connection() as conn:
+            status: str = await conn.execute(sql.query(name), *args)
             return int(status.split()[-1])
 
     async def claim(
@@ -188,7 +236,7 @@ class LeaseClient:
         the database's clock): the holder has given up by then."""
         row = await self.fetchrow(
             "renew_lease", policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence), policy.check_ttl(ttl), float(margin),
+            policy.check_fence(fence), policy.check_ttl(ttl), float(margin), keeping=True,
         )
         LEASE_RENEWALS.labels(result="ok" if row else "lost").inc()
         return None if row is None else row["expires_at"]
@@ -197,7 +245,7 @@ class LeaseClient:
         """End a live lease at once, keeping its fence. False if it was not held."""
         row = await self.fetchrow(
             "release_lease", policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence),
+            policy.check_fence(fence), keeping=True,
         )
         return row is not None
 
@@ -449,7 +497,7 @@ class Lease:
                     return
                 self._failures = 0
                 self._confirmed(sent_at, expires_at)
-            elif isinstance(error, Unavailable):
+            elif isinstance(error, Unavailable | Busy):
                 self._failures += 1
                 log.info("renewal of %s (fence %s) got no answer, retrying", self.resource,
                          self.fence, extra={
