@@ -153,7 +153,7 @@ class LeaseClient:
             started = time.monotonic()
             try:
                 conn = await pool.acquire(timeout=self.acquire_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if not saturated:
                     raise  # connecting took too long: no answer from the database
                 POOL_BUSY.inc()
