@@ -15,6 +15,8 @@ always outlasts ours, whatever the database's or the pool's delays.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from typing import NoReturn
 
 from aiohttp import web
 
-from leases import Unavailable, clock
+from leases import clock
 
 from . import idempotency
 from .deadline import Deadline
@@ -36,6 +38,10 @@ from .state import Gateway
 from .wire import FENCE_REFUSALS, IDEMPOTENT_REPLAYED, RETRY_AFTER, EffectOutcome, Refusal
 
 log = logging.getLogger("fencegate.effects")
+
+#: how long a repeat of a key waits for this process to land the record of
+#: the answer it just gave, before it is told "in progress"
+RECORD_WAIT_SECONDS = 1.0
 
 #: the detail of each refusal the admission answers
 REFUSALS: dict[Refusal, str] = {
@@ -139,21 +145,28 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     budget = budget_seconds(gw, provider)
     deadline = Deadline(clock.now() + budget)  # before the admission is sent
     attempt = new_attempt()
-    try:
+    admission = await gw.ledger.admit(
+        call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
+        attempt, budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
+    )
+    recording = gw.ledger.outcomes.pending(call.client, call.key) \
+        if admission.verdict == "effect_in_progress" else None
+    if recording is not None:
+        # this process answered the key a moment ago and is still writing its
+        # record: wait for it, then ask again (a replay, or unknown)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(recording), RECORD_WAIT_SECONDS)
+        attempt = new_attempt()
         admission = await gw.ledger.admit(
             call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
-            attempt, budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
-        )
-    except Unavailable:
-        # no answer: the admission may have committed all the same
-        gw.ledger.free_unsent(call.client, call.key, attempt, call.resource)
-        raise
+            attempt, budget + gw.config.server.barrier_grace_seconds,
+            cfg.retry_window_seconds)
     verdict = admission.verdict
     if verdict != "admitted":
         _log(effect, verdict, started)
         if verdict == "replay":
             return _replay(effect, admission)
-        if verdict == "abandoned":  # a nonce collision, or a statement replayed late
+        if verdict == "abandoned" or verdict == "busy":  # a nonce collision, a late statement
             raise Problem("unavailable", "the attempt could not be admitted; nothing was sent",
                           headers={RETRY_AFTER: "1"})
         _refuse(effect, admission, verdict)

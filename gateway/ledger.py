@@ -11,17 +11,20 @@ recorded against that nonce, once, however often the statement is retried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
 import secrets
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import asyncpg
 
 from leases import Busy, LeaseClient, Unavailable
+from leases.batch import Batcher
+from leases.metrics import BATCH_SIZE
 
 from .wire import Verdict
 
@@ -36,6 +39,11 @@ RESOLVE_GRACE_SECONDS = 1.0
 RECORD_RETRY_SECONDS = 60.0
 #: nonces of abandoned attempts are kept this long
 ABANDONED_KEPT_SECONDS = 86400.0
+#: admission statements out at once per process; more calls gather meanwhile
+ADMISSION_BATCHES_IN_FLIGHT = 4
+#: the most attempt ends one statement records
+OUTCOME_BATCH = 256
+OUTCOME_SIZES = BATCH_SIZE.labels(statement="finish")
 
 FinalState = Literal["succeeded", "failed", "unknown", "free"]
 #: what recording the end of an attempt did (see fencegate_finish_effect)
@@ -65,11 +73,34 @@ class StoredAnswer:
     body: bytes
 
 
+#: one admission, as the batch statement takes it
+_AdmitArgs = tuple[str, str, bytes, str, int, str, int, float, float]
+
+
+def _admission(row: asyncpg.Record) -> Admission:
+    headers = row["response_headers"]
+    return Admission(row["verdict"], row["current_fence"], row["effect_id"],
+                     row["retry_after"], row["response_status"],
+                     json.loads(headers) if headers is not None else None,
+                     row["response_body"])
+
+
 class Ledger:
+    """The effect ledger of one gateway process.
+
+    Admissions made in the same turn of the event loop go to the database as
+    one statement and one commit (``leases.batch``); the ends of attempts are
+    written behind the answers, in batches too (``OutcomeWriter``), so an
+    effect costs one synchronous statement on its response path, shared
+    under load."""
+
     def __init__(self, db: LeaseClient) -> None:
         self.db = db
         self.timeout = db.timeout or 5.0
         self._background: set[asyncio.Task[None]] = set()
+        self._admissions: Batcher[_AdmitArgs, Admission] = Batcher(
+            self._admit_batch, max_in_flight=ADMISSION_BATCHES_IN_FLIGHT, name="admit")
+        self.outcomes = OutcomeWriter(db)
 
     async def admit(self, client: str, key: str, fingerprint: bytes, resource: str,
                     fence: int, provider: str, attempt: int, deadline_seconds: float,
@@ -77,17 +108,32 @@ class Ledger:
         """Check the fence and reserve the key for attempt ``attempt``; it may
         reach the provider for ``deadline_seconds`` from the database's now.
 
-        If this raises ``Unavailable``, the statement may still have
-        committed: call ``free_unsent`` with the same nonce."""
-        row = await self.db.fetchrow(
-            "admit_effect", client, key, fingerprint, resource, fence, provider, attempt,
-            deadline_seconds, retry_window_seconds, RESEND_MARGIN_SECONDS)
-        assert row is not None
-        headers = row["response_headers"]
-        return Admission(row["verdict"], row["current_fence"], row["effect_id"],
-                         row["retry_after"], row["response_status"],
-                         json.loads(headers) if headers is not None else None,
-                         row["response_body"])
+        If this raises (``Unavailable``, or the caller was cancelled), the
+        statement may still have committed: the attempt is freed by its nonce
+        in the background."""
+        args: _AdmitArgs = (client, key, fingerprint, resource, fence, provider, attempt,
+                            deadline_seconds, retry_window_seconds)
+        try:
+            admission = await self._admissions(args)
+            if admission.verdict == "busy":  # its lease row was held: alone, waiting
+                row = await self.db.fetchrow("admit_effect", *args, RESEND_MARGIN_SECONDS)
+                assert row is not None
+                admission = _admission(row)
+        except (Unavailable, asyncio.CancelledError):
+            self.free_unsent(client, key, attempt, resource)
+            raise
+        return admission
+
+    async def _admit_batch(self, items: Sequence[_AdmitArgs]) -> list[Admission]:
+        if len(items) == 1:
+            row = await self.db.fetchrow("admit_effect", *items[0], RESEND_MARGIN_SECONDS)
+            assert row is not None
+            return [_admission(row)]
+        rows = await self.db.fetch("admit_effects",
+                                   *(list(c) for c in zip(*items, strict=True)),
+                                   RESEND_MARGIN_SECONDS)
+        by_ord = {r["ord"]: _admission(r) for r in rows}
+        return [by_ord[n + 1] for n in range(len(items))]
 
     def _args(self, client: str, key: str, attempt: int, resource: str, state: FinalState,
               answer: StoredAnswer | None, summary: str | None) -> tuple[Any, ...]:
@@ -99,12 +145,17 @@ class Ledger:
     async def finish(self, client: str, key: str, attempt: int, resource: str,
                      state: FinalState, answer: StoredAnswer | None,
                      summary: str | None) -> None:
-        """Record the end of an attempt. If the database is gone, keep trying in
-        the background: the caller already has the provider's answer. Retrying
+        """Record the end of an attempt, behind the answer: the caller already
+        has the provider's answer and does not wait for the record (a repeat
+        of the key meanwhile reads in progress; a gateway that dies first
+        leaves it in flight, then unknown, never sent again). A freed key is
+        awaited, so a retry right after the answer finds it free. Retrying
         is safe: the end of one attempt counts once."""
-        args = self._args(client, key, attempt, resource, state, answer, summary)
-        if await self._try(args) is None:
-            self._in_background(self._finish_later(args))
+        recorded = self.outcomes.add(self._args(client, key, attempt, resource, state, answer,
+                                                summary))
+        if state == "free":
+            with contextlib.suppress(Unavailable, Busy, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(recorded), self.timeout)
 
     def free_unsent(self, client: str, key: str, attempt: int, resource: str) -> None:
         """An admission whose answer never came back may have committed: the
@@ -149,6 +200,7 @@ class Ledger:
 
     async def drain(self) -> None:
         """Wait for background writes (at shutdown)."""
+        await self.outcomes.drain(self.timeout)
         if self._background:
             await asyncio.wait(self._background, timeout=self.timeout)
 
@@ -196,3 +248,100 @@ def effect_view(row: asyncpg.Record) -> dict[str, Any]:
     out["provider_response"] = {"status": out.pop("response_status"),
                                 "summary": out.pop("summary")}
     return out
+
+
+class OutcomeWriter:
+    """Records the ends of attempts behind the answers: whatever gathered
+    while the last statement was out goes in the next one. An entry whose
+    lease row another transaction holds (``busy``) goes in the next batch; a
+    database that gives no answer is retried every second for a minute, then
+    the entry is given up (the effect reads in flight, then unknown: never
+    sent again)."""
+
+    def __init__(self, db: LeaseClient) -> None:
+        self.db = db
+        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[None], float]] = []
+        #: (client, key) → the record not landed yet
+        self._by_key: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._idle: asyncio.Event | None = None
+
+    def add(self, args: tuple[Any, ...]) -> asyncio.Future[None]:
+        """Queue one attempt's end; the future is done once it is recorded."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._pending.append((args, fut, loop.time()))
+        key = (args[0], args[1])
+        self._by_key[key] = fut
+        fut.add_done_callback(lambda f: self._forget(key, f))
+        if self._task is None or self._task.done():
+            self._wake, self._idle = asyncio.Event(), asyncio.Event()
+            self._task = loop.create_task(self._run())
+        assert self._wake is not None and self._idle is not None
+        self._idle.clear()
+        self._wake.set()
+        return fut
+
+    def _forget(self, key: tuple[str, str], fut: asyncio.Future[None]) -> None:
+        if self._by_key.get(key) is fut:
+            del self._by_key[key]
+        if not fut.cancelled():
+            fut.exception()  # retrieved: logged already where it matters
+
+    def pending(self, client: str, key: str) -> asyncio.Future[None] | None:
+        """The record of ``key``'s last attempt, if this process has not
+        landed it yet."""
+        return self._by_key.get((client, key))
+
+    async def _run(self) -> None:
+        assert self._wake is not None and self._idle is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._pending:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+            batch = self._pending[:OUTCOME_BATCH]
+            del self._pending[:OUTCOME_BATCH]
+            OUTCOME_SIZES.observe(len(batch))
+            try:
+                done = await self._write([args for args, _, _ in batch])
+            except (Unavailable, Busy) as exc:
+                now = loop.time()
+                for entry in batch:
+                    args, fut, since = entry
+                    if now - since < RECORD_RETRY_SECONDS:
+                        self._pending.append(entry)  # again in a second
+                    elif not fut.done():
+                        fut.set_exception(exc)
+                        log.error("could not record an effect's outcome; it will read as "
+                                  "unknown", extra={"client": args[0], "key": args[1],
+                                                    "state": args[4]})
+                await asyncio.sleep(1)
+                continue
+            busy = [e for e, d in zip(batch, done, strict=True) if d == "busy"]
+            for (_, fut, _), d in zip(batch, done, strict=True):
+                if d != "busy" and not fut.done():
+                    fut.set_result(None)
+            if busy:
+                self._pending.extend(busy)
+                await asyncio.sleep(0.005)  # a lease row held elsewhere: not a spin
+
+    async def _write(self, batch: list[tuple[Any, ...]]) -> list[str]:
+        if len(batch) == 1:
+            return [await self.db.fetchval("finish_effect", *batch[0])]
+        rows = await self.db.fetch("finish_effects", *(list(c) for c in zip(*batch,
+                                                                               strict=True)))
+        by_ord = {r["ord"]: r["done"] for r in rows}
+        return [by_ord[n + 1] for n in range(len(batch))]
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until everything queued is recorded."""
+        if self._idle is not None and self._pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

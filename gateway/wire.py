@@ -73,9 +73,10 @@ FENCE_REFUSALS: frozenset[str] = frozenset(get_args(FenceRefusal))
 # ---- admission and outcomes ----------------------------------------------------
 
 #: what ``fencegate_admit_effect`` answers: go, a replay of the stored answer, a
-#: refusal (its problem code), or "abandoned" (the gateway had given the
-#: attempt up before its admission ran)
-Verdict = Literal["admitted", "replay", "abandoned"] | Refusal
+#: refusal (its problem code), "abandoned" (the gateway had given the attempt
+#: up before its admission ran), or, from a batch, "busy" (its lease row was
+#: held elsewhere: admit it alone)
+Verdict = Literal["admitted", "replay", "abandoned", "busy"] | Refusal
 
 #: the ``outcome`` label of ``fencegate_effects_total``
 EffectOutcome = Literal["succeeded", "failed", "unknown", "replayed", "in_progress",

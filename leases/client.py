@@ -8,7 +8,7 @@ import datetime as dt
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -17,6 +17,7 @@ import asyncpg
 
 from . import clock, database, policy, sql
 from .alarm import Alarm
+from .batch import Batcher
 from .errors import Busy, LeaseLost, LostReason, Unavailable
 from .metrics import LEASE_CLAIMS, LEASE_RENEWALS, POOL_BUSY, POOL_WAIT
 
@@ -89,6 +90,14 @@ class LeaseClient:
         self._fixed_owner = owner is not None
         self.owner = policy.check_owner(owner) if owner else policy.default_owner()
         self._background: set[asyncio.Task[None]] = set()
+        # concurrent claims, renewals and releases of this process share
+        # statements and commits (leases/batch.py)
+        self._claims: Batcher[tuple[str, str, float], asyncpg.Record | None] = \
+            Batcher(self._claim_batch, name="claim")
+        self._renewals: Batcher[tuple[str, str, int, float, float], dt.datetime | None] = \
+            Batcher(self._renew_batch, name="renew")
+        self._releases: Batcher[tuple[str, str, int], bool] = Batcher(self._release_batch,
+                                                                        name="release")
 
     async def connect(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -149,10 +158,12 @@ class LeaseClient:
         (nothing was sent), or ``Unavailable`` when none could be made."""
         async with database.answered(self.timeout):
             pool = await (self._keeping_pool() if keeping else self.connect())
+            # waiting for one of a full pool's connections is bounded by the
+            # pool wait; making a new connection, by the call's own timeout
             saturated = pool.get_size() >= pool.get_max_size() and pool.get_idle_size() == 0
             started = time.monotonic()
             try:
-                conn = await pool.acquire(timeout=self.acquire_timeout)
+                conn = await pool.acquire(timeout=self.acquire_timeout if saturated else None)
             except TimeoutError:
                 if not saturated:
                     raise  # connecting took too long: no answer from the database
@@ -181,6 +192,39 @@ class LeaseClient:
         async with self._connection() as conn:
             return await conn.fetchval(sql.query(name), *args)
 
+    async def fetch_keeping(self, name: str, *args: Any) -> list[asyncpg.Record]:
+        """``fetch`` on the connections kept for renewals and releases."""
+        async with self._connection(keeping=True) as conn:
+            rows: list[asyncpg.Record] = await conn.fetch(sql.query(name), *args)
+            return rows
+
+    async def _claim_batch(self, items: Sequence[tuple[str, str, float]],
+                           ) -> list[asyncpg.Record | None]:
+        if len(items) == 1:
+            return [await self.fetchrow("claim_lease", *items[0])]
+        rows = await self.fetch("claim_leases", [i[0] for i in items], [i[1] for i in items],
+                                [i[2] for i in items])
+        won = {r["ord"]: r for r in rows}
+        return [won.get(n + 1) for n in range(len(items))]
+
+    async def _renew_batch(self, items: Sequence[tuple[str, str, int, float, float]],
+                           ) -> list[dt.datetime | None]:
+        if len(items) == 1:
+            row = await self.fetchrow("renew_lease", *items[0], keeping=True)
+            return [None if row is None else row["expires_at"]]
+        rows = await self.fetch_keeping("renew_leases", *(list(c) for c in zip(*items,
+                                                                              strict=True)))
+        renewed = {r["ord"]: r["expires_at"] for r in rows}
+        return [renewed.get(n + 1) for n in range(len(items))]
+
+    async def _release_batch(self, items: Sequence[tuple[str, str, int]]) -> list[bool]:
+        if len(items) == 1:
+            return [await self.fetchrow("release_lease", *items[0], keeping=True) is not None]
+        rows = await self.fetch_keeping("release_leases",
+                                        *(list(c) for c in zip(*items, strict=True)))
+        released = {r["ord"] for r in rows}
+        return [n + 1 in released for n in range(len(items))]
+
     async def execute(self, name: str, *args: Any) -> int:
         """Run a statement; how many rows it touched."""
         async with self._connection() as conn:
@@ -208,7 +252,7 @@ class LeaseClient:
         policy.check_resource(resource)
         sent_at = clock.now()
         try:
-            row = await self.fetchrow("claim_lease", resource, owner, ttl)
+            row = await self._claims((resource, owner, ttl))
         except BaseException:
             if made_up:
                 self.abandon(resource, owner, ttl)
@@ -234,20 +278,16 @@ class LeaseClient:
         ``None`` when the lease is no longer theirs. With ``margin``, also
         ``None`` once the lease is within ``margin`` seconds of its expiry (by
         the database's clock): the holder has given up by then."""
-        row = await self.fetchrow(
-            "renew_lease", policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence), policy.check_ttl(ttl), float(margin), keeping=True,
-        )
-        LEASE_RENEWALS.labels(result="ok" if row else "lost").inc()
-        return None if row is None else row["expires_at"]
+        expires_at = await self._renewals((
+            policy.check_resource(resource), policy.check_owner(owner),
+            policy.check_fence(fence), policy.check_ttl(ttl), float(margin)))
+        LEASE_RENEWALS.labels(result="ok" if expires_at else "lost").inc()
+        return expires_at
 
     async def release(self, resource: str, owner: str, fence: int) -> bool:
         """End a live lease at once, keeping its fence. False if it was not held."""
-        row = await self.fetchrow(
-            "release_lease", policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence), keeping=True,
-        )
-        return row is not None
+        return await self._releases((policy.check_resource(resource),
+                                     policy.check_owner(owner), policy.check_fence(fence)))
 
     def abandon(self, resource: str, owner: str, ttl: float) -> None:
         """End, in the background, whatever lease ``owner`` may hold on

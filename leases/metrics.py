@@ -49,3 +49,8 @@ POOL_BUSY = Counter(
     "Database calls given up because every connection of the pool stayed in use "
     "(an overloaded process, not an unreachable database).",
 )
+BATCH_SIZE = Histogram(
+    "fencegate_db_batch_size",
+    "Calls carried by one statement (group commit), by what they were.",
+    ["statement"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)

@@ -18,6 +18,22 @@ SELECT verdict, current_fence, effect_id, retry_after,
 SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $8::bytea,
                                $9::text);
 
+-- name: admit_effects
+-- admit_effect for a batch, one array per argument ($10: the resend margin);
+-- one row per entry, by its position (ord); 'busy' for an entry whose lease
+-- row another transaction holds (send it alone)
+SELECT ord, verdict, current_fence, effect_id, retry_after,
+       response_status, response_headers, response_body
+  FROM fencegate_admit_effects($1::text[], $2::text[], $3::bytea[], $4::text[],
+                               $5::bigint[], $6::text[], $7::bigint[], $8::float8[],
+                               $9::float8[], $10::float8);
+
+-- name: finish_effects
+-- finish_effect for a batch: (ord, done), 'busy' as above (retry it)
+SELECT ord, done
+  FROM fencegate_finish_effects($1::text[], $2::text[], $3::bigint[], $4::text[],
+                                $5::text[], $6::int[], $7::jsonb[], $8::bytea[], $9::text[]);
+
 -- name: show_effect
 -- $3: the grace after an attempt's deadline before it may be resolved
 SELECT idempotency_key, client, resource, fence, provider,

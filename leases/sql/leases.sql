@@ -11,22 +11,27 @@ SELECT resource, owner, fence, expires_at
   FROM fencegate_claim_lease($1, $2, $3::float8, true);
 
 -- name: renew_lease
--- $5: the holder's safety margin. A renewal that arrives within it of the
--- expiry comes too late for a holder that gives up that long before the
--- expiry (the lease client does): it has already let go, so the renewal is
--- refused rather than keep a lease nobody holds. (0 over HTTP: the expiry.)
-UPDATE fencegate_leases
-   SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
- WHERE resource = $1 AND owner = $2 AND fence = $3
-   AND expires_at - make_interval(secs => $5::float8) > clock_timestamp()
-RETURNING resource, owner, fence, expires_at;
+-- ($1 resource, $2 owner, $3 fence, $4 ttl, $5 margin): see fencegate_renew_lease
+SELECT resource, owner, fence, expires_at
+  FROM fencegate_renew_lease($1, $2, $3, $4::float8, $5::float8);
 
 -- name: release_lease
 -- Ends the lease at once; the fence stays, so the next claim issues a higher one.
-UPDATE fencegate_leases
-   SET expires_at = clock_timestamp()
- WHERE resource = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()
-RETURNING fence;
+SELECT fence FROM fencegate_release_lease($1, $2, $3);
+
+-- name: claim_leases
+-- claim_lease for a batch ($1 resources, $2 owners, $3 ttls): the rows that won
+SELECT ord, resource, owner, fence, expires_at
+  FROM fencegate_claim_leases($1::text[], $2::text[], $3::float8[], true);
+
+-- name: renew_leases
+-- renew_lease for a batch: (ord, expires_at) of the renewals that counted
+SELECT ord, expires_at
+  FROM fencegate_renew_leases($1::text[], $2::text[], $3::bigint[], $4::float8[],
+                              $5::float8[]);
+
+-- name: release_leases
+SELECT ord, fence FROM fencegate_release_leases($1::text[], $2::text[], $3::bigint[]);
 
 -- name: abandon_claim
 -- Ends the lease of an owner made up for one claim whose answer was lost

@@ -62,6 +62,89 @@ LANGUAGE sql VOLATILE AS $$
     RETURNING *
 $$;
 
+-- Renewal and release, one definition each (the single statements and the
+-- batches below call them).
+-- p_margin: the holder's safety margin. A renewal that arrives within it of
+-- the expiry comes too late for a holder that gives up that long before the
+-- expiry (the lease client does): it has already let go, so the renewal is
+-- refused rather than keep a lease nobody holds. (0 over HTTP: the expiry.)
+CREATE FUNCTION fencegate_renew_lease(
+    p_resource text, p_owner text, p_fence bigint, p_ttl double precision,
+    p_margin double precision
+) RETURNS SETOF fencegate_leases
+LANGUAGE sql VOLATILE AS $$
+    UPDATE fencegate_leases
+       SET expires_at = clock_timestamp() + make_interval(secs => p_ttl)
+     WHERE resource = p_resource AND owner = p_owner AND fence = p_fence
+       AND expires_at - make_interval(secs => p_margin) > clock_timestamp()
+    RETURNING *
+$$;
+
+-- Ends the lease at once; the fence stays, so the next claim issues a higher one.
+CREATE FUNCTION fencegate_release_lease(p_resource text, p_owner text, p_fence bigint)
+RETURNS SETOF fencegate_leases
+LANGUAGE sql VOLATILE AS $$
+    UPDATE fencegate_leases
+       SET expires_at = clock_timestamp()
+     WHERE resource = p_resource AND owner = p_owner AND fence = p_fence
+       AND expires_at > clock_timestamp()
+    RETURNING *
+$$;
+
+-- Batches: what one process asked for in the same turn of its event loop, in
+-- one statement and one commit (group commit). Each answers one row per
+-- entry that won, by its position (ord, from 1). Lease rows are locked in
+-- the order of their resource, so two batches cannot deadlock.
+CREATE FUNCTION fencegate_claim_leases(
+    p_resource text[], p_owner text[], p_ttl double precision[], p_same_owner boolean
+) RETURNS TABLE (ord integer, resource text, owner text, fence bigint,
+                 expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        RETURN QUERY SELECT i, c.resource, c.owner, c.fence, c.expires_at
+                       FROM fencegate_claim_lease(p_resource[i], p_owner[i], p_ttl[i],
+                                                  p_same_owner) AS c;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION fencegate_renew_leases(
+    p_resource text[], p_owner text[], p_fence bigint[], p_ttl double precision[],
+    p_margin double precision[]
+) RETURNS TABLE (ord integer, expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        RETURN QUERY SELECT i, r.expires_at
+                       FROM fencegate_renew_lease(p_resource[i], p_owner[i], p_fence[i],
+                                                  p_ttl[i], p_margin[i]) AS r;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION fencegate_release_leases(
+    p_resource text[], p_owner text[], p_fence bigint[]
+) RETURNS TABLE (ord integer, fence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        RETURN QUERY SELECT i, r.fence
+                       FROM fencegate_release_lease(p_resource[i], p_owner[i],
+                                                    p_fence[i]) AS r;
+    END LOOP;
+END
+$$;
+
 -- ---- effects: the gateway's ledger ---------------------------------------------
 
 CREATE TABLE fencegate_effects (
@@ -295,6 +378,69 @@ BEGIN
     UPDATE fencegate_leases SET inflight = inflight - 1
      WHERE resource = r_resource AND fence = r_fence AND inflight > 0;
     RETURN answer;
+END
+$$;
+
+-- Admissions and attempt ends in batches. A lease row another transaction
+-- holds is skipped, not waited for: its entries answer 'busy', and the
+-- gateway sends them alone, so one slow or locked resource never holds the
+-- rest of a batch. Otherwise each entry is exactly the single call.
+CREATE FUNCTION fencegate_admit_effects(
+    p_client text[], p_key text[], p_fingerprint bytea[], p_resource text[],
+    p_fence bigint[], p_provider text[], p_attempt bigint[],
+    p_deadline_seconds double precision[], p_retry_window_seconds double precision[],
+    p_resend_margin_seconds double precision
+) RETURNS TABLE (
+    ord integer, verdict text, current_fence bigint, effect_id bigint,
+    retry_after double precision, response_status integer, response_headers jsonb,
+    response_body bytea
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
+            FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND AND EXISTS (SELECT 1 FROM fencegate_leases
+                                  WHERE resource = p_resource[i]) THEN
+            RETURN QUERY SELECT i, 'busy'::text, NULL::bigint, NULL::bigint, NULL::float8,
+                                NULL::int, NULL::jsonb, NULL::bytea;
+            CONTINUE;
+        END IF;
+        RETURN QUERY SELECT i, a.*
+                       FROM fencegate_admit_effect(
+                           p_client[i], p_key[i], p_fingerprint[i], p_resource[i],
+                           p_fence[i], p_provider[i], p_attempt[i], p_deadline_seconds[i],
+                           p_retry_window_seconds[i], p_resend_margin_seconds) AS a;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION fencegate_finish_effects(
+    p_client text[], p_key text[], p_attempt bigint[], p_resource text[], p_state text[],
+    p_status integer[], p_headers jsonb[], p_body bytea[], p_summary text[]
+) RETURNS TABLE (ord integer, done text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    -- never waits for a WAL flush: see fencegate_finish_effect
+    PERFORM set_config('synchronous_commit', 'off', true);
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
+            FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND AND EXISTS (SELECT 1 FROM fencegate_leases
+                                  WHERE resource = p_resource[i]) THEN
+            RETURN QUERY SELECT i, 'busy'::text;
+            CONTINUE;
+        END IF;
+        RETURN QUERY SELECT i, fencegate_finish_effect(
+            p_client[i], p_key[i], p_attempt[i], p_resource[i], p_state[i], p_status[i],
+            p_headers[i], p_body[i], p_summary[i]);
+    END LOOP;
 END
 $$;
 

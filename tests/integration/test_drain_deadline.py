@@ -37,6 +37,11 @@ async def _warm(gw: Gw, lease: object) -> None:
     status, _, _ = await gw.request("POST", "/v1/http/hook/warm", gw.headers(lease, "warm-up"),
                                     json={})  # type: ignore[arg-type]
     assert status == 200
+    for _ in range(200):  # the record is written behind the answer: let it land
+        if await gw.pool.fetchval("SELECT state FROM fencegate_effects "
+                                  "WHERE idempotency_key = 'warm-up'") == "succeeded":
+            break
+        await asyncio.sleep(0.01)
     gw.hook.deliveries.clear()
 
 

@@ -81,8 +81,8 @@ def test_every_statement_the_code_names_exists() -> None:
     LeaseClient (``.fetch("x", ...)`` and its kin), names a statement of the
     sql files; and every statement there is used."""
     used: set[str] = set()
-    pattern = re.compile(r"""(?:sql\.query|\.fetch|\.fetchrow|\.fetchval|\.execute)\(\s*
-                             "([a-z_]+)"[,)]""", re.VERBOSE)
+    pattern = re.compile(r"""(?:sql\.query|\.fetch|\.fetch_keeping|\.fetchrow|\.fetchval
+                                |\.execute)\(\s*"([a-z_]+)"[,)]""", re.VERBOSE)
     for package in ("leases", "gateway", "bench", "deploy"):
         for path in (ROOT / package).rglob("*.py"):
             used |= set(pattern.findall(path.read_text()))

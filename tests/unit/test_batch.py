@@ -1,0 +1,77 @@
+"""Group commit's gatherer: what it sends together, and what each caller gets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from leases.batch import Batcher
+
+
+class Recorder:
+    def __init__(self, fail: bool = False, wait: float = 0.0) -> None:
+        self.batches: list[list[int]] = []
+        self.fail = fail
+        self.wait = wait
+
+    async def __call__(self, items: Sequence[int]) -> list[int]:
+        self.batches.append(list(items))
+        await asyncio.sleep(self.wait)
+        if self.fail:
+            raise RuntimeError("the database said no")
+        return [i * 10 for i in items]
+
+
+async def test_calls_of_one_turn_go_together_and_each_gets_its_own_answer() -> None:
+    run = Recorder()
+    batcher: Batcher[int, int] = Batcher(run)
+    assert await asyncio.gather(*(batcher(i) for i in range(5))) == [0, 10, 20, 30, 40]
+    assert run.batches == [[0, 1, 2, 3, 4]]
+
+
+async def test_a_lone_call_goes_at_once() -> None:
+    run = Recorder()
+    batcher: Batcher[int, int] = Batcher(run)
+    assert await batcher(7) == 70
+    assert await batcher(8) == 80
+    assert run.batches == [[7], [8]]
+
+
+async def test_calls_made_while_the_batches_are_out_gather_for_the_next() -> None:
+    run = Recorder(wait=0.05)
+    batcher: Batcher[int, int] = Batcher(run, max_in_flight=1)
+    first = asyncio.ensure_future(batcher(0))
+    await asyncio.sleep(0.01)  # the first batch is out
+    rest = asyncio.gather(*(batcher(i) for i in range(1, 4)))
+    assert await first == 0 and await rest == [10, 20, 30]
+    assert run.batches == [[0], [1, 2, 3]]
+
+
+async def test_every_caller_of_a_failed_batch_gets_the_error() -> None:
+    batcher: Batcher[int, int] = Batcher(Recorder(fail=True))
+    results = await asyncio.gather(*(batcher(i) for i in range(3)), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in results)
+
+
+async def test_a_caller_cancelled_before_its_batch_left_is_not_sent() -> None:
+    run = Recorder(wait=0.05)
+    batcher: Batcher[int, int] = Batcher(run, max_in_flight=1)
+    first = asyncio.ensure_future(batcher(0))
+    await asyncio.sleep(0.01)
+    gone = asyncio.ensure_future(batcher(1))
+    kept = asyncio.ensure_future(batcher(2))
+    await asyncio.sleep(0)
+    gone.cancel()
+    assert await first == 0 and await kept == 20
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert run.batches == [[0], [2]]
+
+
+async def test_batches_are_bounded() -> None:
+    run = Recorder()
+    batcher: Batcher[int, int] = Batcher(run, max_batch=2, max_in_flight=1)
+    assert await asyncio.gather(*(batcher(i) for i in range(5))) == [0, 10, 20, 30, 40]
+    assert [len(b) for b in run.batches] == [2, 2, 1]
