@@ -31,6 +31,20 @@ UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.TooManyConnectionsError,
     asyncpg.AdminShutdownError,
     asyncpg.ConnectionDoesNotExistError,
+    # What a failover looks like from here (docs/operations.md, "High
+    # availability"); each means "not the primary, or no longer a session",
+    # not "no". Fail closed and retry, as for a database out of reach:
+    # - 25006: a demoted primary, or a standby behind a pooler that has not
+    #   moved yet, refuses writes;
+    # - InternalClientError: a session the server ended (a primary shutting
+    #   down) can fail its next query with "cannot switch to state N; another
+    #   operation (2) is in progress" before asyncpg sees the socket close
+    #   (asyncpg issues 784 and 1069); its subclass
+    #   TargetServerAttributeNotMatched is a multi-host DSN with
+    #   target_session_attrs=read-write finding no writable host while a
+    #   standby is being promoted.
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.InternalClientError,
 )
 
 DEFAULT_POOL_SIZE = 10
