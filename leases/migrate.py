@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from . import sql
+from . import database, sql
 from .errors import SchemaError, SchemaTooNew
 
 _LOCK_KEY = 0x66656E6365  # "fence": one advisory lock for all migrators
@@ -115,7 +115,7 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
 
 async def migrate_dsn(dsn: str) -> list[int]:
     """Connect to ``dsn`` and migrate it."""
-    conn = await asyncpg.connect(dsn)
+    conn = await database.connect(dsn)
     try:
         return await migrate(conn)
     finally:
