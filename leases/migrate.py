@@ -90,6 +90,16 @@ def check_version(state: SchemaState) -> None:
 
 async def migrate(conn: asyncpg.Connection) -> list[int]:
     """Apply every missing migration; answer the versions applied."""
+    # Up to date (every gateway start but the first after an upgrade): done,
+    # without the session advisory lock. Through a transaction-mode pooler
+    # (PgBouncer) the lock, the work and the unlock can land on three server
+    # connections; the lock then stays on one of them, and every later
+    # migrator routed elsewhere waits for it forever. Reading the version
+    # needs no lock: no migrator makes it go down.
+    state = await schema_state(conn)
+    if state.version >= latest_version():
+        check_version(state)
+        return []
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
         await conn.execute(_CREATE_TABLE)

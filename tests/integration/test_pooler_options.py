@@ -4,6 +4,8 @@ send the parameter to the server as a setting, and the server refuses it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 
 from leases import LeaseClient, database, migrate
@@ -50,3 +52,16 @@ async def test_without_the_option_asyncpg_names_its_statements(dsn: str) -> None
             named = await conn.fetchval("SELECT count(*) FROM pg_prepared_statements")
     assert named > 0
     assert isinstance(pool, asyncpg.Pool)
+
+
+async def test_an_up_to_date_database_is_not_locked_to_be_checked(dsn: str) -> None:
+    """Behind a transaction-mode pooler, a migrator's session advisory lock can
+    stay behind on a server connection (lock, work and unlock each landed on
+    another one). A gateway starting on an up-to-date schema must not wait
+    for it: it took the lock first, and waited forever."""
+    leaked = await asyncpg.connect(dsn)
+    try:
+        await leaked.execute("SELECT pg_advisory_lock($1)", migrate._LOCK_KEY)
+        assert await asyncio.wait_for(migrate.migrate_dsn(dsn), 5) == []
+    finally:
+        await leaked.close()
