@@ -48,6 +48,7 @@ import psutil
 
 from gateway.auth import key_sha256
 from leases import migrate
+from tests.chaos.cluster import API_KEY, CLIENT  # the lane workers send this key
 from tests.chaos.history import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,8 +61,6 @@ DATABASE = "fencegate"
 #: the role of the gateway behind PgBouncer: PgBouncer refuses the
 #: statement_timeout startup parameter the gateway sends, so the role carries it
 POOLED_ROLE = "fencegate_pooled"
-CLIENT = "ha"
-API_KEY = "ha-key"
 PROVIDER_TIMEOUT = 1.0
 DATABASE_TIMEOUT = 1.0
 HTTP_WINDOW = 60.0
@@ -365,8 +364,7 @@ idempotency_window_seconds = {HTTP_WINDOW}
         while True:
             try:
                 return await asyncpg.connect(dsn, timeout=2)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
-                    asyncio.TimeoutError):
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 if time.monotonic() > end:
                     raise
                 await asyncio.sleep(0.2)
@@ -375,11 +373,11 @@ idempotency_window_seconds = {HTTP_WINDOW}
         """Whether ``m`` is a primary that accepts writes now (asked directly)."""
         try:
             conn = await asyncpg.connect(m.dsn(), timeout=1)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             return False
         try:
             return not await asyncio.wait_for(conn.fetchval("SELECT pg_is_in_recovery()"), 1)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
             return False
         finally:
             conn.terminate()
@@ -389,7 +387,7 @@ idempotency_window_seconds = {HTTP_WINDOW}
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s, \
                     s.get(f"http://127.0.0.1:{m.rest_port}{path}") as r:
                 return r.status, await r.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, ValueError):
             return 0, {}
 
     async def leader(self) -> Member | None:
