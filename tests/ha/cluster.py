@@ -486,27 +486,43 @@ idempotency_window_seconds = {HTTP_WINDOW}
                    old=old.name, new=new.name)
         return info
 
-    async def hard_failover(self, restart_after: float = 5.0) -> dict[str, Any]:
+    async def hard_failover(self, lag_seconds: float = 0.0,
+                            restart_after: float = 5.0) -> dict[str, Any]:
         """SIGKILL the leader's Patroni and every process of its PostgreSQL at
         once; wait for a standby to be promoted; start the dead member again
-        (it rejoins as a replica, rewound if it had diverged)."""
+        (it rejoins as a replica, rewound if it had diverged).
+
+        ``lag_seconds``: first hold the standbys' WAL receivers (SIGSTOP) that
+        long, as a congested link between the members would, and let them go
+        only after the kill. On loopback a standby is otherwise microseconds
+        behind, and a kill almost never finds a commit it has not received."""
         old = await self.wait_leader(30)
         await self.wait_replicas(self.n_members - 1, 120)
         victims = [old.proc.pid] if old.proc is not None else []
-        pid_file = old.data_dir / "postmaster.pid"
-        postmaster = int(pid_file.read_text().split()[0])
+        postmaster = _postmaster(old)
         victims += [postmaster, *(c.pid for c in psutil.Process(postmaster).children(True))]
-        killed = time.time()
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        held = [c.pid for m in self.members if m is not old
+                for c in psutil.Process(_postmaster(m)).children()
+                if "walreceiver" in " ".join(c.cmdline())] if lag_seconds else []
+        for pid in held:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(lag_seconds)
+            killed = time.time()
+            for pid in victims:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        finally:
+            for pid in held:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         if old.proc is not None:
             old.proc.wait()
         _, up, new = await self.watch_writable(killed)
         info = {"kind": "failover", "from": old.name, "to": new.name, "commanded": killed,
-                "down": killed, "up": up}
+                "down": killed, "up": up, "lag": lag_seconds}
         self.fault("failover", killed, up, db_outage=True, commanded=killed,
-                   old=old.name, new=new.name)
+                   old=old.name, new=new.name, lag=lag_seconds)
         await asyncio.sleep(restart_after)
         self.start_member(old)
         return info
@@ -534,6 +550,10 @@ def _stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM, wait: float = 5
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def _postmaster(m: Member) -> int:
+    return int((m.data_dir / "postmaster.pid").read_text().split()[0])
 
 
 def _kill_postgres(m: Member) -> None:

@@ -37,7 +37,7 @@ import asyncpg
 
 from leases import LeaseClient, NewJob, Queue
 from tests.chaos import history
-from tests.chaos.checker import Report, check, provider_key
+from tests.chaos.checker import OUTAGE_GRACE_SECONDS, Report, check, provider_key
 from tests.chaos.scenarios import ZOMBIE_TTL, LaneWorker, drained, job_states
 from tests.chaos.worker import METHODS, SOAK_QUEUE
 from tests.ha.cluster import API_KEY, CLIENT, HACluster
@@ -56,6 +56,8 @@ class Mode:
     workers: int
     lanes: int
     gap: float
+    #: how far behind the standbys are held when the leader is killed
+    lag: float = 1.0
 
 
 QUICK = Mode(True, ["switchover", "failover"], effects=600, spread=60, workers=4, lanes=2,
@@ -190,7 +192,7 @@ async def run(seed: int, mode: Mode, keep: bool = False) -> HARun:
             await asyncio.sleep(WARMUP_SECONDS)
             for kind in mode.schedule:
                 info = await (cluster.switchover() if kind == "switchover"
-                              else cluster.hard_failover())
+                              else cluster.hard_failover(lag_seconds=mode.lag))
                 print(f"ha: {kind} {info['from']} -> {info['to']}: primary writable again "
                       f"{info['up'] - info['commanded']:.1f}s after the "
                       f"{'command' if kind == 'switchover' else 'kill'}", flush=True)
@@ -238,13 +240,28 @@ def per_failure(events: list[dict[str, Any]], f: dict[str, Any]) -> dict[str, An
     first = min(admitted) if admitted else None
     during = [a for a in attempts if first is None or a["t1"] < first]
     answers = Counter(f"{a['status']} {a['code']}" for a in during)
-    # effects delivered in the window that no attempt had asked for before it
-    asked_before = {(provider_key(CLIENT, a["kind"], a["key"]), a["fence"])
-                    for a in events if a["ev"] == "attempt" and a["t0"] < down}
-    sent = [d for d in events if d["ev"] == "delivery" and d["accepted"]
-            and down < d["wall"] < f["up"]
-            and (d["key"], d["fence"]) not in asked_before]
-    return {**f, "first_admitted": first, "answers": dict(answers), "sent_during": len(sent)}
+    # deliveries while no primary was writable: of an effect admitted before
+    # the stop (its fence granted before it, and no attempt of it started
+    # only after: the provider was still at it), or sent meanwhile (a fence
+    # granted after the stop, or every attempt of it started after the stop)
+    granted = {(c["resource"], c["fence"]): c["granted"] for c in events if c["ev"] == "claim"}
+    starts: dict[tuple[str, int], list[float]] = {}
+    for a in events:
+        if a["ev"] == "attempt":
+            starts.setdefault((provider_key(CLIENT, a["kind"], a["key"]), a["fence"]),
+                              []).append(a["t0"])
+    in_flight = sent = 0
+    for d in events:
+        if d["ev"] != "delivery" or not d["accepted"] or not down < d["wall"] < f["up"]:
+            continue
+        tried = starts.get((d["key"], d["fence"]), [])
+        if granted.get((d["resource"], d["fence"]), 0.0) > down or (
+                tried and min(tried) > down + OUTAGE_GRACE_SECONDS):
+            sent += 1
+        else:
+            in_flight += 1
+    return {**f, "first_admitted": first, "answers": dict(answers), "sent_during": sent,
+            "in_flight_landed": in_flight}
 
 
 def main() -> int:
