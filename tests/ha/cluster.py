@@ -492,30 +492,26 @@ idempotency_window_seconds = {HTTP_WINDOW}
         once; wait for a standby to be promoted; start the dead member again
         (it rejoins as a replica, rewound if it had diverged).
 
-        ``lag_seconds``: first hold the standbys' WAL receivers (SIGSTOP) that
-        long, as a congested link between the members would, and let them go
-        only after the kill. On loopback a standby is otherwise microseconds
-        behind, and a kill almost never finds a commit it has not received."""
+        ``lag_seconds``: first hold the leader's WAL senders (SIGSTOP) that
+        long, as a congested link between the members would, then kill: what
+        they had not sent is lost with the leader. On loopback a standby is
+        otherwise microseconds behind, and a kill almost never finds a commit
+        it has not received. (Holding the standbys' receivers instead does
+        not do it: the bytes wait in their socket buffers.)"""
         old = await self.wait_leader(30)
         await self.wait_replicas(self.n_members - 1, 120)
         victims = [old.proc.pid] if old.proc is not None else []
         postmaster = _postmaster(old)
         victims += [postmaster, *(c.pid for c in psutil.Process(postmaster).children(True))]
-        held = [c.pid for m in self.members if m is not old
-                for c in psutil.Process(_postmaster(m)).children()
-                if "walreceiver" in " ".join(c.cmdline())] if lag_seconds else []
+        held = [c.pid for c in psutil.Process(postmaster).children()
+                if "walsender" in " ".join(c.cmdline())] if lag_seconds else []
         for pid in held:
             os.kill(pid, signal.SIGSTOP)
-        try:
-            await asyncio.sleep(lag_seconds)
-            killed = time.time()
-            for pid in victims:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        finally:
-            for pid in held:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+        await asyncio.sleep(lag_seconds)
+        killed = time.time()
+        for pid in victims:  # the held senders among them
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if old.proc is not None:
             old.proc.wait()
         _, up, new = await self.watch_writable(killed)

@@ -238,7 +238,9 @@ def per_failure(events: list[dict[str, Any]], f: dict[str, Any]) -> dict[str, An
     attempts = [e for e in events if e["ev"] == "attempt" and e["t0"] >= down]
     admitted = [a["t1"] for a in attempts if a["status"] == 200 and a["code"] == "ok"]
     first = min(admitted) if admitted else None
-    during = [a for a in attempts if first is None or a["t1"] < first]
+    # answers while no member was a writable primary (what comes between
+    # then and the first admitted effect is ordinary service again)
+    during = [a for a in attempts if a["t1"] < f["up"]]
     answers = Counter(f"{a['status']} {a['code']}" for a in during)
     # deliveries while no primary was writable: of an effect admitted before
     # the stop (its fence granted before it, and no attempt of it started
