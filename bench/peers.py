@@ -13,7 +13,7 @@ import sys
 import aiohttp
 from aiohttp import web
 
-from gateway.sinks import SmtpSink
+from gateway.dev.sinks import SmtpSink
 
 
 async def sink(port: int) -> None:

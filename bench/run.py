@@ -139,17 +139,21 @@ async def _drive(send: _Sender, spec: dict[str, Any]) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
 
+    codes: dict[str, int] = {}
+
     async def one() -> None:
         nonlocal errors
         t = time.perf_counter()
         try:
-            ok = await send()
-        except Exception:
-            ok = False
-        if ok:
+            ok: bool | str = await send()
+        except Exception as exc:
+            ok = type(exc).__name__
+        if ok is True:
             latencies.append((time.perf_counter() - t) * 1000)
         else:
             errors += 1
+            code = ok if isinstance(ok, str) else "error"
+            codes[code] = codes.get(code, 0) + 1
 
     started = time.perf_counter()
     end = started + seconds
@@ -170,15 +174,18 @@ async def _drive(send: _Sender, spec: dict[str, Any]) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     return {"n": len(latencies), "errors": errors, "seconds": elapsed,
             "p50": pct(latencies, 0.50), "p99": pct(latencies, 0.99),
-            "rps": len(latencies) / elapsed}
+            "rps": len(latencies) / elapsed, "codes": codes}
 
 
 class _Sender:
-    def __init__(self, fn: Callable[[], Awaitable[bool]],
+    """Sends one request: True when it succeeded, else the problem code (or
+    the status) it got."""
+
+    def __init__(self, fn: Callable[[], Awaitable[bool | str]],
                  close: Callable[[], Awaitable[None]]) -> None:
         self._fn, self.close = fn, close
 
-    def __call__(self) -> Awaitable[bool]:
+    def __call__(self) -> Awaitable[bool | str]:
         return self._fn()
 
 
@@ -190,7 +197,7 @@ async def _sender(kind: str, spec: dict[str, Any], counter: Iterator[int]) -> _S
         leases = spec.get("leases") or []
         body = spec.get("body", {"event": "lead.updated", "id": 42})
 
-        async def http() -> bool:
+        async def http() -> bool | str:
             i = next(counter)
             headers = {}
             if leases:
@@ -199,7 +206,8 @@ async def _sender(kind: str, spec: dict[str, Any], counter: Iterator[int]) -> _S
                            "Fence-Token": str(fence), "Idempotency-Key": f"{run_id}-{i}"}
             async with session.post(url, json=body, headers=headers) as r:
                 await r.read()
-                return r.status == 200
+                return True if r.status == 200 else \
+                    r.headers.get("Fencegate-Problem", str(r.status))
 
         return _Sender(http, session.close)
     # direct SMTP
@@ -335,12 +343,15 @@ async def bench_claims(dsn: str) -> None:
 
 # ---- 2. fenced HTTP effects ---------------------------------------------------
 
-def write_config(path: Path, port: int, sink_port: int, smtp_port: int) -> None:
+def write_config(path: Path, port: int, sink_port: int, smtp_port: int,
+                 server: str = "", database_keys: str = "") -> None:
     path.write_text(f"""
 [server]
 port = {port}
+{server}
 [database]
 url_env = "FENCEGATE_BENCH_DSN"
+{database_keys}
 [[clients]]
 name = "bench"
 key_sha256 = "{key_sha256(API_KEY)}"
@@ -359,11 +370,11 @@ pool_size = 16
 
 
 @contextlib.asynccontextmanager
-async def gateway(dsn: str, sink_port: int, smtp_port: int,
-                  workers: int) -> AsyncIterator[tuple[str, list[tuple[str, int]]]]:
+async def gateway(dsn: str, sink_port: int, smtp_port: int, workers: int, server: str = "",
+                  database_keys: str = "") -> AsyncIterator[tuple[str, list[tuple[str, int]]]]:
     port = free_port()
     cfg = Path(tempfile.mkdtemp()) / "bench.toml"
-    write_config(cfg, port, sink_port, smtp_port)
+    write_config(cfg, port, sink_port, smtp_port, server, database_keys)
     with process(PY, "-m", "gateway.cli", "serve", "--config", str(cfg), "--workers",
                  str(workers), env={"FENCEGATE_BENCH_DSN": dsn}):
         url = f"http://127.0.0.1:{port}"
@@ -417,6 +428,36 @@ async def bench_http(dsn: str) -> None:
             f"{mod['p50'] - direct[1]['p50']:+.2f} | {mod['p99'] - direct[1]['p99']:+.2f} | "
             f"{sat['rps']:,.0f} | {sat['rps'] / bare[2]['rps']:.2f}x | "
             f"{mod['errors'] + sat['errors']} |")
+    say()
+
+
+# ---- overload -------------------------------------------------------------------
+
+#: the closed-loop concurrency that saturates one gateway process here (section 2)
+SATURATING = 32
+
+
+async def bench_overload(dsn: str, label: str, server: str = "",
+                         database_keys: str = "") -> None:
+    """One gateway process, an HTTP provider that answers at once, a fresh key per
+    request, at 1x, 4x and 16x the saturating concurrency: what gets through,
+    how fast, and what the rest is told."""
+    sink_port, smtp_port = free_port(), free_port()
+    say(f"### {label}\n")
+    say("| callers | 200/s | p50 ms | p99 ms | other answers |")
+    say("| ---: | ---: | ---: | ---: | --- |")
+    with process(PY, "-m", "bench.peers", "sink", str(sink_port)), \
+            process(PY, "-m", "bench.peers", "smtp", str(smtp_port)):
+        await wait_port(sink_port)
+        async with gateway(dsn, sink_port, smtp_port, 1, server, database_keys) \
+                as (url, leases):
+            for factor in (1, 4, 16):
+                r = run_load({"kind": "http", "concurrency": SATURATING * factor,
+                              "url": f"{url}/v1/http/sink/x", "leases": leases,
+                              "run_id": f"o{factor}-{time.time_ns()}"})
+                other = ", ".join(f"{n:,} {c}" for c, n in sorted(r["codes"].items())) or "none"
+                say(f"| {SATURATING * factor} | {r['rps']:,.0f} | {r['p50']:.1f} | "
+                    f"{r['p99']:.1f} | {other} |")
     say()
 
 
@@ -617,7 +658,7 @@ async def main() -> None:
         "two measurements taken in this same run. Load generator: its own process, "
         "pinned to the last CPU. The Python side (LeaseClient, the queues, the load "
         "generator, the gateway) runs on uvloop.\n")
-    sections = sys.argv[1:] or ["claims", "http", "email", "queue", "rt"]
+    sections = sys.argv[1:] or ["claims", "http", "email", "queue", "rt", "overload"]
     if "claims" in sections:
         await bench_claims(dsn)
     if "http" in sections:
@@ -628,7 +669,11 @@ async def main() -> None:
         await bench_queue(server_dsn)
     if "rt" in sections:
         await round_trips(server_dsn)
-    if len(sections) == 5:
+    if "overload" in sections:
+        say("## 6. Overload: one gateway process at 1x, 4x and 16x its saturating "
+            "concurrency\n")
+        await bench_overload(dsn, os.environ.get("BENCH_OVERLOAD_LABEL", "as configured"))
+    if len(sections) == 6:
         notes = ROOT / "NOTES.md"
         body = "\n".join(OUT) + ("\n" + notes.read_text() if notes.exists() else "")
         (ROOT / "RESULTS.md").write_text(body)

@@ -11,24 +11,26 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from leases import LeaseClient, database, migrate
+from leases import Busy, LeaseClient, Unavailable, database, migrate
 from leases.metrics import AWAITING_PURGE
 from leases.observe import QueueCollector
 
 from .auth import Authenticator
-from .config import Config
+from .config import Config, SmtpProviderConfig
 from .ledger import Ledger
-from .metrics import HTTP_DURATION, start_at_zero
+from .metrics import DB_UNAVAILABLE, HTTP_DURATION, IN_FLIGHT, REQUESTS_REFUSED, start_at_zero
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
 from .state import GATEWAY, Gateway
+from .wire import IDEMPOTENCY_KEY, RETRY_AFTER
 
 log = logging.getLogger("fencegate.gateway")
 
 ROUTE_KEY = web.AppKey("routes", dict)
 PURGE_INTERVAL_SECONDS = 600.0
-POOL_SIZE = 20
+#: the longest a request waits for a free database connection
+POOL_WAIT_SECONDS = 1.0
 
 
 def _route_of(request: web.Request) -> Route | None:
@@ -44,6 +46,17 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         return await handler(request)
     except Problem as p:
         response = p.response()
+    except Unavailable as exc:  # the database gave no answer: fail closed, here only
+        DB_UNAVAILABLE.inc()
+        log.warning("database unreachable: %s", exc, extra={
+            "path": request.path, "error": type(exc.__cause__).__name__})
+        response = Problem("unavailable", "the database cannot be reached; nothing was sent",
+                           headers={RETRY_AFTER: "1"}).response()
+    except Busy:  # every connection of this process's pool in use: overload, not an outage
+        REQUESTS_REFUSED.labels(reason="database_pool").inc()
+        response = Problem("overloaded", "the gateway is overloaded (no database connection "
+                           "came free in time); nothing was sent, retry later",
+                           headers={RETRY_AFTER: "1"}).response()
     except web.HTTPNotFound:
         response = Problem("not_found", "no such route").response()
     except web.HTTPMethodNotAllowed:
@@ -59,6 +72,30 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
         response = Problem("internal_error", "the gateway failed; nothing more is known to "
                            "the caller, the operator has the log").response()
     return response
+
+
+@web.middleware
+async def bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """At most ``max_requests_in_flight`` API requests at once in this process:
+    past it, 503 overloaded at once, before anything is read or admitted,
+    rather than queueing for seconds behind the others. Health, readiness and
+    metrics are never refused."""
+    route = _route_of(request)
+    if route is None or not route.auth:
+        return await handler(request)
+    gw = gw_of(request)
+    if gw.in_flight >= gw.config.max_requests_in_flight:
+        REQUESTS_REFUSED.labels(reason="in_flight").inc()
+        raise Problem("overloaded", f"the gateway is at its limit of "
+                      f"{gw.config.max_requests_in_flight} requests at once; nothing was "
+                      "sent, retry later", headers={RETRY_AFTER: "1"})
+    gw.in_flight += 1
+    IN_FLIGHT.inc()
+    try:
+        return await handler(request)
+    finally:
+        gw.in_flight -= 1
+        IN_FLIGHT.dec()
 
 
 @web.middleware
@@ -78,9 +115,9 @@ async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
         status = response.status
         if route is not None and route.effect:  # every answer to an effect echoes its key
-            key = request.headers.get("Idempotency-Key", "")
+            key = request.headers.get(IDEMPOTENCY_KEY, "")
             if key and key.isascii() and key.isprintable() and len(key) <= 255:
-                response.headers["Idempotency-Key"] = key
+                response.headers[IDEMPOTENCY_KEY] = key
         return response
     finally:
         HTTP_DURATION.labels(route=route.openapi_path if route else "unmatched",
@@ -91,7 +128,7 @@ async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
 def make_providers(config: Config) -> dict[str, Provider]:
     out: dict[str, Provider] = {}
     for name, p in config.providers.items():
-        out[name] = SmtpProvider(p) if p.kind == "smtp" else \
+        out[name] = SmtpProvider(p) if isinstance(p, SmtpProviderConfig) else \
             HttpProvider(p, config.server.max_body_bytes)
     return out
 
@@ -100,7 +137,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
               processes: int = 1) -> web.Application:
     """The gateway for ``config`` on the database at ``dsn``, as one of
     ``processes`` serving processes (each takes its share of the rate limits)."""
-    app = web.Application(middlewares=[timing, problems, authenticate],
+    app = web.Application(middlewares=[timing, problems, bounded, authenticate],
                           client_max_size=config.server.max_body_bytes + 1)
     routes: dict[object, Route] = {}
     for r in ROUTES:
@@ -112,7 +149,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             await migrate.migrate_dsn(dsn)
         db_timeout = config.server.database_timeout_seconds
         pool = await database.create_pool(
-            dsn, min_size=2, max_size=POOL_SIZE,
+            dsn, min_size=2, max_size=config.database_pool_size,
             # no statement outlives the gateway's wait for it: an admission the
             # gateway gave up on has ended, one way or the other, soon after
             server_settings={"statement_timeout": str(int(db_timeout * 1000))},
@@ -120,12 +157,14 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             # without it, a connection whose answers are lost holds the request
             # (and the pool slot) for a minute
             command_timeout=db_timeout)
-        gw = Gateway(config=config, pool=pool,
-                     ledger=Ledger(pool, config.server.database_timeout_seconds),
-                     leases=LeaseClient(pool=pool), auth=Authenticator(config.clients),
-                     providers=make_providers(config), rate_share=1 / processes)
-        gw.observer = QueueCollector(gw.leases,
-                                     timeout=config.server.database_timeout_seconds)
+        # a connection that does not come free within a second means overload:
+        # refuse (503 overloaded) rather than queue for the database timeout
+        leases = LeaseClient(pool=pool, timeout=db_timeout,
+                             acquire_timeout=min(db_timeout, POOL_WAIT_SECONDS))
+        gw = Gateway(config=config, pool=pool, ledger=Ledger(leases), leases=leases,
+                     auth=Authenticator(config.clients), providers=make_providers(config),
+                     rate_share=1 / processes)
+        gw.observer = QueueCollector(gw.leases, timeout=db_timeout)
         for provider in gw.providers.values():
             await provider.start()
         app[GATEWAY] = gw
@@ -158,7 +197,7 @@ async def _purge_loop(gw: Gateway) -> None:
             AWAITING_PURGE.labels(table="effects").set(await gw.ledger.awaiting_purge(retention))
             if purged:
                 log.info("purged finished effects", extra={"effects": purged})
-        except Problem:
+        except Unavailable:
             log.warning("purge skipped: database unreachable")
         except Exception as exc:
             log.error("purge failed: %s", exc, extra={"error": type(exc).__name__},

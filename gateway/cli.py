@@ -13,12 +13,11 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from leases import LeaseClient, database, jobs_cli, logs
 from leases import cli as leases_cli
-from leases import database, jobs_cli
 from leases.errors import LeasesError
 
-from . import logs
-from .config import ConfigError
+from .errors import ConfigError
 from .ledger import Ledger
 
 CONFIG_ENV = "FENCEGATE_CONFIG"
@@ -47,7 +46,12 @@ def _interrupt_on_sigterm() -> None:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from .dev import run_dev
+    try:
+        from .dev.stack import run_dev
+    except ImportError as exc:
+        print(f"fencegate dev needs the dev tools ({exc.name} is missing): "
+              "pip install 'fencegate[dev,embedded]', or run `make run`", file=sys.stderr)
+        return 2
 
     logs.setup(logging.WARNING)
     _interrupt_on_sigterm()
@@ -59,7 +63,12 @@ def _dev(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .dev import run_demo
+    try:
+        from .dev.demo import run_demo
+    except ImportError as exc:
+        print(f"fencegate demo needs the dev tools ({exc.name} is missing): "
+              "pip install 'fencegate[dev,embedded]'", file=sys.stderr)
+        return 2
 
     logs.setup(logging.ERROR)
     return asyncio.run(run_demo())
@@ -67,7 +76,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _effects(args: argparse.Namespace) -> int:
     async def run(pool: asyncpg.Pool) -> int:
-        ledger = Ledger(pool, 10.0)
+        ledger = Ledger(LeaseClient(pool=pool, timeout=10.0))
         if args.verb == "show":
             effect = await ledger.show(args.client, args.key)
             if effect is None:

@@ -1,20 +1,25 @@
 """``GatewayClient``: send effects through the gateway on behalf of a lease.
 
-    GatewayProblem                 the gateway refused or failed (its ``code``)
-    ├── FenceRejected              412: stale_fence, lease_expired, no_lease, invalid_fence
-    ├── EffectInProgress           409, with ``retry_after``
-    ├── EffectOutcomeUnknown       409: an operator must resolve it
-    ├── IdempotencyKeyReused       422
-    ├── ProviderRejected           422: the provider refused for good (email)
-    ├── RateLimited                429, with ``retry_after``
-    ├── ProviderError              502: safe to retry
-    ├── ProviderOutcomeUnknown     502: the provider failed after it may have acted
-    ├── Unavailable                503: the database is down, nothing was sent
-    ├── Overloaded                 503: the gateway could not send in time, nothing was sent
-    └── ProviderTimeout            504: outcome unknown
+    GatewayClientError             everything this client raises
+    ├── GatewayUnreachable         no answer from the gateway (refused, cut, too slow):
+    │                              the effect may or may not have been sent; repeat
+    │                              the same key to find out (replayed, or in progress)
+    └── GatewayProblem             the gateway refused or failed (its ``code``)
+        ├── FenceRejected          412: stale_fence, lease_expired, no_lease, invalid_fence
+        ├── EffectInProgress       409, with ``retry_after``
+        ├── EffectOutcomeUnknown   409: an operator must resolve it
+        ├── IdempotencyKeyReused   422
+        ├── ProviderRejected       422: the provider refused for good (email)
+        ├── RateLimited            429, with ``retry_after``
+        ├── ProviderError          502: safe to retry
+        ├── ProviderOutcomeUnknown 502: the provider failed after it may have acted
+        ├── Unavailable            503: the database is down, nothing was sent
+        ├── Overloaded             503: the gateway could not send in time, nothing was sent
+        └── ProviderTimeout        504: outcome unknown
 
 A provider's own answer (any status) to an HTTP effect is a result, not an
 error: only the gateway's problems (marked ``Fencegate-Problem``) raise.
+Both effect methods take the lease, then the idempotency key.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from .problems import PROBLEM_HEADER
+from .wire import (
+    FENCE_RESOURCE,
+    FENCE_TOKEN,
+    IDEMPOTENCY_KEY,
+    IDEMPOTENT_REPLAYED,
+    PROBLEM_HEADER,
+    RETRY_AFTER,
+)
 
 
 class FencedLease(Protocol):
@@ -49,7 +61,19 @@ class FenceToken:
         """Nothing to check locally: the gateway is the judge."""
 
 
-class GatewayProblem(Exception):
+class GatewayClientError(Exception):
+    """Base of everything ``GatewayClient`` raises."""
+
+
+class GatewayUnreachable(GatewayClientError):
+    """No answer from the gateway: it could not be reached, the connection was
+    cut, or it was too slow. The effect may or may not have been sent: repeat
+    it with the same idempotency key (it is then replayed, or in progress)."""
+
+
+class GatewayProblem(GatewayClientError):
+    """The gateway answered with a problem document; ``code`` names it."""
+
     def __init__(self, status: int, document: dict[str, Any], headers: dict[str, str]) -> None:
         self.status = status
         self.document = document
@@ -60,7 +84,7 @@ class GatewayProblem(Exception):
 
     @property
     def retry_after(self) -> float | None:
-        value = self.headers.get("Retry-After")
+        value = self.headers.get(RETRY_AFTER)
         return float(value) if value else None
 
 
@@ -137,18 +161,25 @@ class GatewayClient:
                     **kwargs: Any) -> Result:
         lease.check()  # a lost lease attempts nothing
         headers = {**kwargs.pop("headers", {}), **self._auth,
-                   "Fence-Resource": lease.resource, "Fence-Token": str(lease.fence),
-                   "Idempotency-Key": key}
-        async with self._sess().request(method, self.base_url + path, headers=headers,
-                                        allow_redirects=False, **kwargs) as resp:
-            body = await resp.read()
-            hdrs = dict(resp.headers)
-            code = resp.headers.get(PROBLEM_HEADER)
-            if code is not None:
+                   FENCE_RESOURCE: lease.resource, FENCE_TOKEN: str(lease.fence),
+                   IDEMPOTENCY_KEY: key}
+        try:
+            async with self._sess().request(method, self.base_url + path, headers=headers,
+                                            allow_redirects=False, **kwargs) as resp:
+                body = await resp.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise GatewayUnreachable(f"no answer from the gateway ({type(exc).__name__}): "
+                                     f"repeat the key {key!r} to learn what happened") \
+                from exc
+        hdrs = dict(resp.headers)
+        code = resp.headers.get(PROBLEM_HEADER)
+        if code is not None:
+            try:
                 doc = jsonlib.loads(body)
-                raise _BY_CODE.get(code, GatewayProblem)(resp.status, doc, hdrs)
-            return Result(resp.status, hdrs, body,
-                          resp.headers.get("Idempotent-Replayed") == "true")
+            except ValueError:
+                doc = {"code": code, "detail": body[:200].decode(errors="replace")}
+            raise _BY_CODE.get(code, GatewayProblem)(resp.status, doc, hdrs)
+        return Result(resp.status, hdrs, body, resp.headers.get(IDEMPOTENT_REPLAYED) == "true")
 
     async def send_email(self, lease: FencedLease, idempotency_key: str, *, sender: str,
                          to: list[str], subject: str, text: str | None = None,
@@ -156,6 +187,7 @@ class GatewayClient:
                          bcc: list[str] | None = None, reply_to: str | None = None,
                          headers: dict[str, str] | None = None,
                          provider: str | None = None) -> Result:
+        """Send one email under ``lease``, named ``idempotency_key``."""
         body: dict[str, Any] = {"from": sender, "to": to, "subject": subject}
         for name, value in (("text", text), ("html", html), ("cc", cc), ("bcc", bcc),
                             ("reply_to", reply_to), ("headers", headers),
@@ -164,10 +196,13 @@ class GatewayClient:
                 body[name] = value
         return await self._send(lease, idempotency_key, "POST", "/v1/email", json=body)
 
-    async def request(self, lease: FencedLease, provider: str, method: str, path: str,
-                      idempotency_key: str, *, json: Any = None, data: bytes | None = None,
+    async def request(self, lease: FencedLease, idempotency_key: str, provider: str,
+                      method: str, path: str, *, json: Any = None, data: Any = None,
                       params: dict[str, str] | None = None,
                       headers: dict[str, str] | None = None) -> Result:
+        """Forward one HTTP request to ``provider`` under ``lease``, named
+        ``idempotency_key``. ``data`` is bytes, or an async iterable of them
+        (sent chunked)."""
         kwargs: dict[str, Any] = {"headers": headers or {}}
         if json is not None:
             kwargs["json"] = json

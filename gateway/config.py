@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from .errors import ConfigError
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -25,15 +27,16 @@ DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_DATABASE_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0
 DEFAULT_BARRIER_GRACE_SECONDS = 2.0
+DEFAULT_DATABASE_POOL_SIZE = 20
+#: the default bound on requests in flight, per database connection: an effect
+#: holds a connection only for its two statements, and waits on the provider
+#: in between, so several share one
+REQUESTS_PER_CONNECTION = 8
 DEFAULT_SMTP_POOL_SIZE = 4
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-class ConfigError(Exception):
-    """The configuration file is wrong; the message says where."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class ServerConfig:
     #: longer than the gateway's own deadline for it: bytes written just before
     #: that deadline must have reached the provider by then
     barrier_grace_seconds: float = DEFAULT_BARRIER_GRACE_SECONDS
+    #: requests taken on at once per process (0: the database pool size times
+    #: REQUESTS_PER_CONNECTION); past it, 503 overloaded at once
+    max_requests_in_flight: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,32 +73,45 @@ class ClientConfig:
 
 
 @dataclass(frozen=True)
-class ProviderConfig:
+class _ProviderCommon:
+    """What every provider has, whatever carries its effects."""
+
     name: str
-    kind: Literal["smtp", "http"]
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     rate_limit_per_second: float = DEFAULT_RATE_LIMIT_PER_SECOND
     idempotency_header: str = ""
     idempotency_window_seconds: float = 0.0
-    # smtp
+
+    @property
+    def retry_window_seconds(self) -> float:
+        """How long a resend of an unanswered effect stays safe (0: never)."""
+        return self.idempotency_window_seconds if self.idempotency_header else 0.0
+
+
+@dataclass(frozen=True)
+class SmtpProviderConfig(_ProviderCommon):
+    kind: Literal["smtp"] = "smtp"
     host: str = ""
-    port: int = 0
+    port: int = 25
     tls: Literal["none", "starttls", "tls"] = "none"
     username: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
     pool_size: int = DEFAULT_SMTP_POOL_SIZE
     #: PEM bundle to verify the SMTP server's certificate (default: the system's)
     ca_file: str | None = None
-    # http
+
+
+@dataclass(frozen=True)
+class HttpProviderConfig(_ProviderCommon):
+    kind: Literal["http"] = "http"
     base_url: str = ""
     signing_secret: str | None = field(default=None, repr=False)
     #: sent as the Authorization header (the caller's own never is)
     authorization: str | None = field(default=None, repr=False)
 
-    @property
-    def retry_window_seconds(self) -> float:
-        """How long a resend of an unanswered effect stays safe (0: never)."""
-        return self.idempotency_window_seconds if self.idempotency_header else 0.0
+
+#: one provider's settings: a tagged union on ``kind``
+ProviderConfig = SmtpProviderConfig | HttpProviderConfig
 
 
 @dataclass(frozen=True)
@@ -102,10 +121,18 @@ class Config:
     clients: tuple[ClientConfig, ...]
     providers: dict[str, ProviderConfig]
     source: str = "<memory>"
+    #: connections to PostgreSQL per gateway process
+    database_pool_size: int = DEFAULT_DATABASE_POOL_SIZE
+
+    @property
+    def max_requests_in_flight(self) -> int:
+        """Requests one process takes on at once; past it, 503 overloaded at once."""
+        return self.server.max_requests_in_flight or \
+            self.database_pool_size * REQUESTS_PER_CONNECTION
 
     @property
     def default_email_provider(self) -> str | None:
-        smtp = [p.name for p in self.providers.values() if p.kind == "smtp"]
+        smtp = [p.name for p in self.providers.values() if isinstance(p, SmtpProviderConfig)]
         return smtp[0] if len(smtp) == 1 else None
 
 
@@ -168,7 +195,7 @@ def _server(source: str, raw: Any) -> ServerConfig:
     r = _Reader(source, "server", raw)
     r.check_unknown({"host", "port", "max_body_bytes", "effect_retention_seconds",
                      "database_timeout_seconds", "body_timeout_seconds",
-                     "barrier_grace_seconds"})
+                     "barrier_grace_seconds", "max_requests_in_flight"})
     return ServerConfig(
         host=r.get("host", str, DEFAULT_HOST),
         port=int(r.number("port", DEFAULT_PORT, 0, 65535)),
@@ -185,6 +212,7 @@ def _server(source: str, raw: Any) -> ServerConfig:
         barrier_grace_seconds=r.number(
             "barrier_grace_seconds", DEFAULT_BARRIER_GRACE_SECONDS, 0.5, 3600
         ),
+        max_requests_in_flight=int(r.number("max_requests_in_flight", 0, 0, 1_000_000)),
     )
 
 
@@ -241,7 +269,6 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
         raise r.error("idempotency_header", "must be a header name (A-Z a-z 0-9 -)")
     common: dict[str, Any] = {
         "name": name,
-        "kind": kind,
         "timeout_seconds": r.number("timeout_seconds", DEFAULT_TIMEOUT_SECONDS, 0.01, 3600),
         "rate_limit_per_second": r.number(
             "rate_limit_per_second", DEFAULT_RATE_LIMIT_PER_SECOND, 0.001, 1e6
@@ -265,11 +292,11 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
             raise r.error("signing_secret_env", "names a secret that is not base64 (with or "
                           "without the whsec_ prefix), as Standard Webhooks secrets are") \
                 from None
-    return ProviderConfig(**common, base_url=base_url.rstrip("/"), signing_secret=secret,
-                          authorization=r.secret("authorization_env"))
+    return HttpProviderConfig(**common, base_url=base_url.rstrip("/"), signing_secret=secret,
+                              authorization=r.secret("authorization_env"))
 
 
-def _smtp(r: _Reader, common: dict[str, Any]) -> ProviderConfig:
+def _smtp(r: _Reader, common: dict[str, Any]) -> SmtpProviderConfig:
     tls = r.get("tls", str, "none")
     if tls not in ("none", "starttls", "tls"):
         raise r.error("tls", 'must be "none", "starttls" or "tls"')
@@ -278,7 +305,7 @@ def _smtp(r: _Reader, common: dict[str, Any]) -> ProviderConfig:
         raise r.error("tls", '"none" would send the SMTP password in clear text: use '
                       '"starttls" or "tls", or set allow_plaintext_auth = true (a relay on '
                       "loopback)")
-    return ProviderConfig(
+    return SmtpProviderConfig(
         **common,
         host=r.get("host", str, required=True),
         port=int(r.number("port", 465 if tls == "tls" else 25, 1, 65535)),
@@ -311,7 +338,7 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     top.check_unknown({"server", "database", "clients", "providers"})
     server = _server(source, data.get("server", {}))
     db = _Reader(source, "database", data.get("database", {}))
-    db.check_unknown({"url_env"})
+    db.check_unknown({"url_env", "pool_size"})
     clients = tuple(_client(source, i, c)
                     for i, c in enumerate(top.get("clients", list, [])))
     names = [c.name for c in clients]
@@ -323,7 +350,8 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
     raw_providers = top.get("providers", dict, {})
     providers = {name: _provider(source, name, raw) for name, raw in raw_providers.items()}
     return Config(server, db.get("url_env", str, DEFAULT_DATABASE_URL_ENV), clients,
-                  providers, source)
+                  providers, source,
+                  int(db.number("pool_size", DEFAULT_DATABASE_POOL_SIZE, 2, 1000)))
 
 
 def load(path: str | Path) -> Config:

@@ -18,33 +18,41 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 from aiohttp import web
 
-from leases import clock
+from leases import Unavailable, clock
 
 from . import idempotency
 from .deadline import Deadline
 from .ledger import Admission, FinalState, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, PROVIDER_DURATION
 from .problems import Problem
-from .providers import Outcome, Provider, ProviderCall, too_late
+from .providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall, too_late
 from .ratelimit import TokenBucket, retry_after_header
-from .requests import FenceHeaders
+from .requests import EffectHeaders, EmailRequest
 from .state import Gateway
+from .wire import FENCE_REFUSALS, IDEMPOTENT_REPLAYED, RETRY_AFTER, EffectOutcome, Refusal
 
 log = logging.getLogger("fencegate.effects")
 
-FENCE_VERDICTS = {
+#: the detail of each refusal the admission answers
+REFUSALS: dict[Refusal, str] = {
     "stale_fence": "the fence is lower than the resource's current fence: another worker "
                    "holds the resource now",
     "lease_expired": "the fence is current but its lease expired or was released",
     "no_lease": "no lease was ever granted on this resource",
     "invalid_fence": "the fence is higher than any fence issued for this resource",
+    "idempotency_key_reused": "this Idempotency-Key was used with a different request",
+    "effect_in_progress": "an attempt with this Idempotency-Key is in flight",
+    "effect_outcome_unknown": "an earlier attempt with this Idempotency-Key may or may not "
+                              "have reached the provider; an operator must resolve it "
+                              "(POST /v1/effects/{key}/resolve)",
 }
 
 #: provider outcome → (ledger state, effects_total outcome)
-_RECORDED: dict[str, tuple[FinalState, str]] = {
+_RECORDED: dict[str, tuple[FinalState, EffectOutcome]] = {
     "succeeded": ("succeeded", "succeeded"),
     "failed": ("failed", "failed"),
     "retryable": ("free", "provider_error"),
@@ -54,63 +62,59 @@ _RECORDED: dict[str, tuple[FinalState, str]] = {
 
 @dataclass(frozen=True)
 class Effect:
-    """One effect request, checked and ready for admission."""
+    """One effect request, checked and ready for admission: the provider, the
+    call it would make, and the request's fingerprint (what a repeat of the
+    key must match)."""
 
-    client: str
-    fence: FenceHeaders
     provider: Provider
     call: ProviderCall
     fingerprint: bytes
 
+    @classmethod
+    def http(cls, client: str, headers: EffectHeaders, provider: Provider, *, method: str,
+             path: str, query: str, forwarded: dict[str, str], body: bytes,
+             content_type: str | None) -> Effect:
+        call = HttpCall(client, headers.key, headers.resource, headers.fence, method=method,
+                        path=path, query=query, headers=forwarded, body=body)
+        target = f"{path}?{query}" if query else path
+        return cls(provider, call, idempotency.fingerprint(
+            provider.config.name, method, target,
+            idempotency.canonical_body(body, content_type)))
 
-def make_effect(client: str, fence: FenceHeaders, provider: Provider, *, method: str,
-                path: str, query: str, headers: dict[str, str], body: bytes,
-                canonical: bytes, payload: object = None) -> Effect:
-    call = ProviderCall(
-        client=client, key=fence.key, derived_key=idempotency.derived_key(client, fence.key),
-        resource=fence.resource, fence=fence.fence, method=method, path=path, query=query,
-        headers=headers, body=body, payload=payload,
-    )
-    target = f"{path}?{query}" if query else path
-    fp = idempotency.fingerprint(provider.config.name, method, target, canonical)
-    return Effect(client, fence, provider, call, fp)
+    @classmethod
+    def email(cls, client: str, headers: EffectHeaders, provider: Provider,
+              email: EmailRequest, raw_body: bytes) -> Effect:
+        call = EmailCall(client, headers.key, headers.resource, headers.fence, email=email)
+        return cls(provider, call, idempotency.fingerprint(
+            provider.config.name, "POST", "email",
+            idempotency.canonical_body(raw_body, "application/json")))
 
 
-def _answer(status: int, headers: dict[str, str], body: bytes) -> web.Response:
-    return web.Response(status=status, headers=headers, body=body)
-
-
-def _refusal(effect: Effect, admission: Admission) -> web.Response:
+def _refuse(effect: Effect, admission: Admission, verdict: Refusal) -> NoReturn:
+    """The admission refused: the fence, or the key. Counted, then answered."""
     name = effect.provider.config.name
-    verdict = admission.verdict
-    if verdict in FENCE_VERDICTS:
+    headers: dict[str, str] = {}
+    extra: dict[str, object] = {}
+    if verdict in FENCE_REFUSALS:
         FENCE_REJECTIONS.labels(provider=name, reason=verdict).inc()
-        problem = Problem(verdict, FENCE_VERDICTS[verdict])
         if verdict == "stale_fence":
-            problem.extra["current_fence"] = admission.current_fence
-        raise problem
-    if verdict == "idempotency_key_reused":
-        raise Problem("idempotency_key_reused",
-                      "this Idempotency-Key was used with a different request")
-    if verdict == "effect_in_progress":
+            extra["current_fence"] = admission.current_fence
+    elif verdict == "effect_in_progress":
         EFFECTS.labels(provider=name, outcome="in_progress").inc()
-        raise Problem("effect_in_progress", "an attempt with this Idempotency-Key is in flight",
-                      headers={"Retry-After": retry_after_header(admission.retry_after or 1)})
-    if verdict == "effect_outcome_unknown":
-        raise Problem("effect_outcome_unknown",
-                      "an earlier attempt with this Idempotency-Key may or may not have reached "
-                      "the provider; an operator must resolve it "
-                      "(POST /v1/effects/{key}/resolve)")
-    if verdict == "replay":
-        EFFECTS.labels(provider=name, outcome="replayed").inc()
-        headers = dict(admission.stored_headers or {})
-        headers["Idempotent-Replayed"] = "true"
-        body = admission.stored_body
-        if body is None:  # resolved by an operator: there is no provider answer to replay
-            body = b'{"status": "sent", "resolved_by_operator": true}'
-            headers["Content-Type"] = "application/json"
-        return _answer(admission.stored_status or 200, headers, body)
-    raise AssertionError(f"unknown verdict {verdict!r}")
+        headers[RETRY_AFTER] = retry_after_header(admission.retry_after or 1)
+    raise Problem(verdict, REFUSALS[verdict], headers=headers, **extra)
+
+
+def _replay(effect: Effect, admission: Admission) -> web.Response:
+    """A finished effect: its stored answer again, nothing sent."""
+    EFFECTS.labels(provider=effect.provider.config.name, outcome="replayed").inc()
+    headers = dict(admission.stored_headers or {})
+    headers[IDEMPOTENT_REPLAYED] = "true"
+    body = admission.stored_body
+    if body is None:  # resolved by an operator: there is no provider answer to replay
+        body = b'{"status": "sent", "resolved_by_operator": true}'
+        headers["Content-Type"] = "application/json"
+    return web.Response(status=admission.stored_status or 200, headers=headers, body=body)
 
 
 def _bucket(gw: Gateway, provider: Provider) -> TokenBucket:
@@ -129,31 +133,33 @@ def budget_seconds(gw: Gateway, provider: Provider) -> float:
 
 async def run(gw: Gateway, effect: Effect) -> web.Response:
     """Take one effect through admission, the provider and the ledger."""
-    provider = effect.provider
+    provider, call = effect.provider, effect.call
     cfg = provider.config
-    f = effect.fence
     started = time.monotonic()
     budget = budget_seconds(gw, provider)
     deadline = Deadline(clock.now() + budget)  # before the admission is sent
     attempt = new_attempt()
     try:
         admission = await gw.ledger.admit(
-            effect.client, f.key, effect.fingerprint, f.resource, f.fence, cfg.name, attempt,
-            budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
+            call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
+            attempt, budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
         )
-    except Problem:
+    except Unavailable:
         # no answer: the admission may have committed all the same
-        gw.ledger.free_unsent(effect.client, f.key, attempt, f.resource)
+        gw.ledger.free_unsent(call.client, call.key, attempt, call.resource)
         raise
-    if admission.verdict == "abandoned":  # a nonce collision, or a replayed statement
-        raise Problem("unavailable", "the attempt could not be admitted; nothing was sent",
-                      headers={"Retry-After": "1"})
-    if admission.verdict != "admitted":
-        _log(effect, admission.verdict, started)
-        return _refusal(effect, admission)
+    verdict = admission.verdict
+    if verdict != "admitted":
+        _log(effect, verdict, started)
+        if verdict == "replay":
+            return _replay(effect, admission)
+        if verdict == "abandoned":  # a nonce collision, or a statement replayed late
+            raise Problem("unavailable", "the attempt could not be admitted; nothing was sent",
+                          headers={RETRY_AFTER: "1"})
+        _refuse(effect, admission, verdict)
 
     async def end(state: FinalState, answer: StoredAnswer | None, summary: str | None) -> None:
-        await gw.ledger.finish(effect.client, f.key, attempt, f.resource, state, answer,
+        await gw.ledger.finish(call.client, call.key, attempt, call.resource, state, answer,
                                summary)
 
     wait = _bucket(gw, provider).take(time.monotonic())
@@ -162,11 +168,11 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         EFFECTS.labels(provider=cfg.name, outcome="rate_limited").inc()
         _log(effect, "rate_limited", started)
         raise Problem("rate_limited", f"provider {cfg.name!r} is at its configured rate",
-                      headers={"Retry-After": retry_after_header(wait)})
+                      headers={RETRY_AFTER: retry_after_header(wait)})
 
     sent_at = time.monotonic()
     outcome: Outcome = too_late(cfg.name) if not deadline.can_start() else \
-        await provider.send(effect.call, deadline)
+        await provider.send(call, deadline)
     PROVIDER_DURATION.labels(provider=cfg.name).observe(time.monotonic() - sent_at)
 
     state, label = _RECORDED[outcome.kind]
@@ -177,13 +183,17 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     await end(state, stored, outcome.summary)
     EFFECTS.labels(provider=cfg.name, outcome=label).inc()
     _log(effect, label, started, summary=outcome.summary)
-    return _answer(outcome.status, outcome.headers, outcome.body)
+    return web.Response(status=outcome.status, headers=outcome.headers, body=outcome.body)
 
 
 def _log(effect: Effect, outcome: str, started: float, summary: str | None = None) -> None:
-    log.info("effect", extra={
-        "client": effect.client, "resource": effect.fence.resource, "fence": effect.fence.fence,
-        "key": effect.fence.key, "provider": effect.provider.config.name, "outcome": outcome,
-        "duration_ms": round((time.monotonic() - started) * 1000, 2),
-        **({"provider_summary": summary} if summary else {}),
-    })
+    """One line per effect request: who, under which fence, what came of it."""
+    call = effect.call
+    log.info("effect %s on %s under fence %s: %s", call.key, call.resource, call.fence,
+             outcome, extra={
+                 "client": call.client, "resource": call.resource, "fence": call.fence,
+                 "key": call.key, "provider": effect.provider.config.name,
+                 "outcome": outcome,
+                 "duration_ms": round((time.monotonic() - started) * 1000, 2),
+                 **({"provider_summary": summary} if summary else {}),
+             })

@@ -1,6 +1,8 @@
 """The effect ledger: admission (fence check + key reservation, one round
 trip), the end of each attempt, and the operators' view. The statements live in
-``leases/sql/queries.sql`` with every other statement.
+``leases/sql/effects.sql``, run through the gateway's ``LeaseClient``: a
+database that gives no answer raises ``leases.Unavailable``, which the
+problem middleware answers 503, once.
 
 Every attempt carries a nonce of its own (``new_attempt``): its end is
 recorded against that nonce, once, however often the statement is retried.
@@ -13,17 +15,15 @@ import datetime as dt
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import asyncpg
 
-from leases import sql
-from leases.client import UNREACHABLE_ERRORS
+from leases import Busy, LeaseClient, Unavailable
 
-from .metrics import DB_UNAVAILABLE
-from .problems import Problem
+from .wire import Verdict
 
 log = logging.getLogger("fencegate.gateway")
 
@@ -40,7 +40,6 @@ ABANDONED_KEPT_SECONDS = 86400.0
 FinalState = Literal["succeeded", "failed", "unknown", "free"]
 #: what recording the end of an attempt did (see fencegate_finish_effect)
 Finished = Literal["recorded", "freed", "unknown", "gone"]
-T = TypeVar("T")
 
 
 def new_attempt() -> int:
@@ -50,7 +49,7 @@ def new_attempt() -> int:
 
 @dataclass(frozen=True)
 class Admission:
-    verdict: str
+    verdict: Verdict
     current_fence: int | None
     effect_id: int | None
     retry_after: float | None
@@ -67,21 +66,10 @@ class StoredAnswer:
 
 
 class Ledger:
-    def __init__(self, pool: asyncpg.Pool, timeout_seconds: float) -> None:
-        self.pool = pool
-        self.timeout = timeout_seconds
+    def __init__(self, db: LeaseClient) -> None:
+        self.db = db
+        self.timeout = db.timeout or 5.0
         self._background: set[asyncio.Task[None]] = set()
-
-    async def call(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run one database call; any failure to reach the database is a 503."""
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await op()
-        except UNREACHABLE_ERRORS as exc:
-            DB_UNAVAILABLE.inc()
-            log.warning("database unreachable", extra={"error": type(exc).__name__})
-            raise Problem("unavailable", "the database cannot be reached; nothing was sent",
-                          headers={"Retry-After": "1"}) from None
 
     async def admit(self, client: str, key: str, fingerprint: bytes, resource: str,
                     fence: int, provider: str, attempt: int, deadline_seconds: float,
@@ -89,12 +77,11 @@ class Ledger:
         """Check the fence and reserve the key for attempt ``attempt``; it may
         reach the provider for ``deadline_seconds`` from the database's now.
 
-        If this raises ``Problem("unavailable")``, the statement may still
-        have committed: call ``free_unsent`` with the same nonce."""
-        row = await self.call(lambda: self.pool.fetchrow(
-            sql.query("admit_effect"), client, key, fingerprint, resource, fence, provider,
-            attempt, deadline_seconds, retry_window_seconds, RESEND_MARGIN_SECONDS,
-        ))
+        If this raises ``Unavailable``, the statement may still have
+        committed: call ``free_unsent`` with the same nonce."""
+        row = await self.db.fetchrow(
+            "admit_effect", client, key, fingerprint, resource, fence, provider, attempt,
+            deadline_seconds, retry_window_seconds, RESEND_MARGIN_SECONDS)
         assert row is not None
         headers = row["response_headers"]
         return Admission(row["verdict"], row["current_fence"], row["effect_id"],
@@ -116,14 +103,8 @@ class Ledger:
         the background: the caller already has the provider's answer. Retrying
         is safe: the end of one attempt counts once."""
         args = self._args(client, key, attempt, resource, state, answer, summary)
-        try:
-            await self.call(lambda: self._finish(args))
-        except Problem:
+        if await self._try(args) is None:
             self._in_background(self._finish_later(args))
-
-    async def _finish(self, args: tuple[Any, ...]) -> Finished:
-        done: Finished = await self.pool.fetchval(sql.query("finish_effect"), *args)
-        return done
 
     def free_unsent(self, client: str, key: str, attempt: int, resource: str) -> None:
         """An admission whose answer never came back may have committed: the
@@ -144,11 +125,12 @@ class Ledger:
             await self._finish_later(args)
 
     async def _try(self, args: tuple[Any, ...]) -> Finished | None:
+        """Record an attempt's end; None when the database gave no answer."""
         try:
-            async with asyncio.timeout(self.timeout):
-                return await self._finish(args)
-        except UNREACHABLE_ERRORS:
+            done: Finished = await self.db.fetchval("finish_effect", *args)
+        except (Unavailable, Busy):
             return None
+        return done
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -171,33 +153,26 @@ class Ledger:
             await asyncio.wait(self._background, timeout=self.timeout)
 
     async def show(self, client: str, key: str) -> dict[str, Any] | None:
-        row = await self.call(lambda: self.pool.fetchrow(sql.query("show_effect"), client, key,
-                                                         RESOLVE_GRACE_SECONDS))
+        row = await self.db.fetchrow("show_effect", client, key, RESOLVE_GRACE_SECONDS)
         return None if row is None else effect_view(row)
 
     async def list(self, client: str | None, state: str | None,
                    limit: int) -> list[dict[str, Any]]:
-        rows = await self.call(
-            lambda: self.pool.fetch(sql.query("list_effects"), client, state, limit,
-                                    RESOLVE_GRACE_SECONDS))
+        rows = await self.db.fetch("list_effects", client, state, limit, RESOLVE_GRACE_SECONDS)
         return [effect_view(r) for r in rows]
 
     async def resolve(self, client: str, key: str, outcome: str) -> bool:
         """Settle an unknown effect; False if it is not unknown, or its last
         attempt's deadline (plus a grace) has not passed yet."""
         name = "resolve_effect_sent" if outcome == "sent" else "resolve_effect_not_sent"
-        row = await self.call(lambda: self.pool.fetchrow(sql.query(name), client, key,
-                                                         RESOLVE_GRACE_SECONDS))
-        return row is not None
+        return await self.db.fetchrow(name, client, key, RESOLVE_GRACE_SECONDS) is not None
 
     async def purge(self, retention_seconds: float, batch: int = 1000) -> int:
         """Delete finished effects past retention, in batches until caught up;
         how many."""
         total = 0
         while True:
-            status = await self.call(lambda: self.pool.execute(
-                sql.query("purge_effects"), retention_seconds, batch))
-            done = int(status.split()[-1])
+            done = await self.db.execute("purge_effects", retention_seconds, batch)
             total += done
             if done < batch:
                 return total
@@ -205,13 +180,11 @@ class Ledger:
 
     async def purge_abandoned(self) -> None:
         """Forget nonces of abandoned attempts after a day."""
-        await self.call(lambda: self.pool.execute(sql.query("purge_abandoned_attempts"),
-                                                  ABANDONED_KEPT_SECONDS))
+        await self.db.execute("purge_abandoned_attempts", ABANDONED_KEPT_SECONDS)
 
     async def awaiting_purge(self, retention_seconds: float) -> int:
         """Finished effects past retention, not yet purged."""
-        n: int = await self.call(lambda: self.pool.fetchval(
-            sql.query("effects_awaiting_purge"), retention_seconds))
+        n: int = await self.db.fetchval("effects_awaiting_purge", retention_seconds)
         return n
 
 

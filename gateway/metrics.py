@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from leases import metrics as lease_metrics
 
@@ -29,6 +29,16 @@ PROVIDER_DURATION = Histogram(
 )
 DB_UNAVAILABLE = Counter(
     "fencegate_db_unavailable_total", "Requests refused because the database was unreachable.",
+)
+IN_FLIGHT = Gauge(
+    "fencegate_requests_in_flight", "API requests being handled now (all processes).",
+    multiprocess_mode="livesum",
+)
+REQUESTS_REFUSED = Counter(
+    "fencegate_requests_refused_total",
+    "API requests refused at once as overloaded, nothing sent: by what was full "
+    "(in_flight: max_requests_in_flight; database_pool: no connection came free).",
+    ["reason"],
 )
 
 #: the label values the contract fixes

@@ -5,17 +5,17 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from .problems import PROBLEMS
+from .wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY, PROBLEMS
 
 if TYPE_CHECKING:
     from .routes import Route
 
 _EFFECT_HEADERS = [
-    {"name": "Fence-Resource", "in": "header", "required": True,
+    {"name": FENCE_RESOURCE, "in": "header", "required": True,
      "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:/@-]{1,200}$"}},
-    {"name": "Fence-Token", "in": "header", "required": True,
+    {"name": FENCE_TOKEN, "in": "header", "required": True,
      "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}},
-    {"name": "Idempotency-Key", "in": "header", "required": True,
+    {"name": IDEMPOTENCY_KEY, "in": "header", "required": True,
      "schema": {"type": "string", "minLength": 1, "maxLength": 255,
                 "pattern": "^[\\x21-\\x7e][\\x20-\\x7e]*$"}},
 ]

@@ -28,9 +28,6 @@ class TokenBucket:
             return 0.0
         return (1 - self.tokens) / self.rate
 
-    def give_back(self) -> None:
-        self.tokens = min(self.burst, self.tokens + 1)
-
 
 def retry_after_header(seconds: float) -> str:
     """``Retry-After`` in whole seconds, at least 1."""

@@ -14,6 +14,7 @@ from urllib.parse import unquote
 from leases import policy
 
 from .problems import Problem
+from .wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY
 
 MAX_FENCE = 2**63 - 1
 _KEY = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,254}")
@@ -43,32 +44,35 @@ def no_crlf(field: str, value: str) -> str:
 
 
 @dataclass(frozen=True)
-class FenceHeaders:
+class EffectHeaders:
+    """The three headers of an effect request: the resource, its fence, and
+    the caller's name for the effect."""
+
     resource: str
     fence: int
     key: str
 
 
-def fence_headers(headers: Any) -> FenceHeaders:
+def effect_headers(headers: Any) -> EffectHeaders:
     """Read and check ``Fence-Resource``, ``Fence-Token`` and ``Idempotency-Key``."""
     values = {}
-    for name in ("Fence-Resource", "Fence-Token", "Idempotency-Key"):
+    for name in (FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY):
         found = headers.getall(name, [])
         if not found:
             raise bad(name, "header is required")
         if len(found) > 1:
             raise bad(name, "header must appear once")
         values[name] = no_crlf(name, found[0])
-    resource = values["Fence-Resource"]
+    resource = values[FENCE_RESOURCE]
     if not policy.RESOURCE_PATTERN.fullmatch(resource):
-        raise bad("Fence-Resource", "must be 1 to 200 of A-Z a-z 0-9 . _ : / @ -")
-    token = values["Fence-Token"]
+        raise bad(FENCE_RESOURCE, "must be 1 to 200 of A-Z a-z 0-9 . _ : / @ -")
+    token = values[FENCE_TOKEN]
     if not _DECIMAL.fullmatch(token) or not 0 < int(token) <= MAX_FENCE:
-        raise bad("Fence-Token", "must be a positive 64-bit decimal integer")
-    key = values["Idempotency-Key"]
+        raise bad(FENCE_TOKEN, "must be a positive 64-bit decimal integer")
+    key = values[IDEMPOTENCY_KEY]
     if not _KEY.fullmatch(key):
-        raise bad("Idempotency-Key", "must be 1 to 255 printable ASCII characters")
-    return FenceHeaders(resource, int(token), key)
+        raise bad(IDEMPOTENCY_KEY, "must be 1 to 255 printable ASCII characters")
+    return EffectHeaders(resource, int(token), key)
 
 
 def address(field: str, value: Any) -> str:

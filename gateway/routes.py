@@ -9,12 +9,12 @@ import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
-from leases import InvalidArgument, migrate
+from leases import InvalidArgument, Unavailable, database, migrate
 from leases import policy as lease_policy
 from leases.observe import exposition
 
@@ -22,7 +22,6 @@ from . import effects, requests
 from .auth import check_resource
 from .bodies import read_limited
 from .config import ClientConfig
-from .idempotency import canonical_body
 from .problems import Problem
 from .providers import Provider
 from .ratelimit import retry_after_header
@@ -85,7 +84,7 @@ async def read_json(request: web.Request) -> Any:
         raise requests.bad("body", "must be valid JSON") from None
 
 
-def provider_named(gw: Gateway, name: str | None, kind: str) -> Provider:
+def provider_named(gw: Gateway, name: str | None, kind: Literal["smtp", "http"]) -> Provider:
     if name is None:
         default = gw.config.default_email_provider if kind == "smtp" else None
         if default is None:
@@ -98,17 +97,18 @@ def provider_named(gw: Gateway, name: str | None, kind: str) -> Provider:
     return provider
 
 
-def checked_fence(request: web.Request) -> requests.FenceHeaders:
-    fence = requests.fence_headers(request.headers)
-    check_resource(client_of(request), fence.resource)
-    return fence
+def checked_headers(request: web.Request) -> requests.EffectHeaders:
+    """The effect's three headers, and the client's right to its resource."""
+    headers = requests.effect_headers(request.headers)
+    check_resource(client_of(request), headers.resource)
+    return headers
 
 
 # ---- effects ---------------------------------------------------------------
 
 async def send_email(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
-    fence = checked_fence(request)
+    headers = checked_headers(request)
     raw = await read_body(request)
     try:
         body = json.loads(raw)
@@ -116,16 +116,13 @@ async def send_email(request: web.Request) -> web.StreamResponse:
         raise requests.bad("body", "must be valid UTF-8 JSON") from None
     email = requests.email_request(body)
     provider = provider_named(gw, email.provider, "smtp")
-    effect = effects.make_effect(
-        client_of(request).name, fence, provider, method="POST", path="email", query="",
-        headers={}, body=b"", canonical=canonical_body(raw, "application/json"), payload=email,
-    )
+    effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
     return await effects.run(gw, effect)
 
 
 async def proxy_http(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
-    fence = checked_fence(request)
+    headers = checked_headers(request)
     name = request.match_info["provider"]
     prefix = f"/v1/http/{name}/"
     raw_path = request.rel_url.raw_path
@@ -134,11 +131,10 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     path = requests.provider_path(raw_path[len(prefix):])
     body = await read_body(request)
     provider = provider_named(gw, name, "http")
-    effect = effects.make_effect(
-        client_of(request).name, fence, provider, method=request.method, path=path,
-        query=request.rel_url.raw_query_string, headers=dict(request.headers), body=body,
-        canonical=canonical_body(body, request.content_type),
-    )
+    effect = effects.Effect.http(
+        client_of(request).name, headers, provider, method=request.method, path=path,
+        query=request.rel_url.raw_query_string, forwarded=dict(request.headers), body=body,
+        content_type=request.content_type)
     return await effects.run(gw, effect)
 
 
@@ -206,9 +202,8 @@ async def claim_lease(request: web.Request) -> web.StreamResponse:
     # without an owner, one of its own: two claims never share one by accident
     owner = a["owner"] or _stored_owner(client_of(request), gw.leases.new_owner())
     try:
-        lease = await gw.ledger.call(
-            lambda: gw.leases.claim(a["resource"], a["ttl"], owner=owner))
-    except Problem:
+        lease = await gw.leases.claim(a["resource"], a["ttl"], owner=owner)
+    except Unavailable:
         if a["owner"] is None:  # granted perhaps, to an owner the caller never learns
             gw.leases.abandon(a["resource"], owner, a["ttl"])
         raise
@@ -222,8 +217,7 @@ async def renew_lease(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     a = _lease_args(request, await read_json(request), owner_required=True,
                     fence=True, ttl=True)
-    expires = await gw.ledger.call(
-        lambda: gw.leases.renew(a["resource"], a["owner"], a["fence"], a["ttl"]))
+    expires = await gw.leases.renew(a["resource"], a["owner"], a["fence"], a["ttl"])
     if expires is None:
         raise Problem("lease_lost", "the lease expired, was released, or belongs to another "
                       "owner or fence")
@@ -234,8 +228,7 @@ async def release_lease(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     a = _lease_args(request, await read_json(request), owner_required=True,
                     fence=True, ttl=False)
-    released = await gw.ledger.call(
-        lambda: gw.leases.release(a["resource"], a["owner"], a["fence"]))
+    released = await gw.leases.release(a["resource"], a["owner"], a["fence"])
     return web.json_response({"released": released})
 
 
@@ -247,7 +240,7 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
     except InvalidArgument as exc:
         raise requests.bad("resource", str(exc)) from None
     check_resource(client_of(request), resource)
-    info = await gw.ledger.call(lambda: gw.leases.show(resource))
+    info = await gw.leases.show(resource)
     if info is None:
         return web.json_response({"resource": resource, "owner": None, "fence": None,
                                   "expires_at": None, "live": False})
@@ -300,11 +293,9 @@ async def healthz(request: web.Request) -> web.StreamResponse:
 async def readyz(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
 
-    async def state() -> migrate.SchemaState:
+    async with database.answered(gw.config.server.database_timeout_seconds):
         async with gw.pool.acquire() as conn:
-            return await migrate.schema_state(conn)
-
-    found = await gw.ledger.call(state)
+            found = await migrate.schema_state(conn)
     why = migrate.usable(found, migrate.latest_version())
     if why is not None:
         raise Problem("unavailable", why)

@@ -15,9 +15,8 @@ import time
 
 from aiohttp import web
 
-from leases import database, migrate
+from leases import database, logs, migrate
 
-from . import logs
 from .app import build_app
 from .config import Config, load
 

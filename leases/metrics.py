@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 LEASE_CLAIMS = Counter(
     "fencegate_lease_claims_total", "Lease claims, by result.", ["result"]
@@ -40,3 +40,12 @@ def start_at_zero(queues: Iterable[str] = ()) -> None:
     for queue in queues:
         for event in JOB_EVENTS:
             JOBS.labels(queue=queue, event=event)
+POOL_WAIT = Histogram(
+    "fencegate_db_pool_wait_seconds", "Waits for a database connection from the pool.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+POOL_BUSY = Counter(
+    "fencegate_db_pool_busy_total",
+    "Database calls given up because every connection of the pool stayed in use "
+    "(an overloaded process, not an unreachable database).",
+)

@@ -41,8 +41,9 @@ from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from . import sql
-from .client import UNREACHABLE_ERRORS, LeaseClient
+from . import database
+from .client import LeaseClient
+from .errors import Unavailable
 from .metrics import start_at_zero
 
 log = logging.getLogger("fencegate.observe")
@@ -100,8 +101,9 @@ class QueueCollector:
     async def _read(self) -> None:
         self.reads += 1
         try:
-            rows = await asyncio.wait_for(self._fetch(), self.timeout)
-        except (*UNREACHABLE_ERRORS, asyncpg.PostgresError) as exc:
+            async with database.answered(self.timeout):
+                rows = await self._fetch()
+        except (Unavailable, asyncpg.PostgresError) as exc:
             log.warning("queue depths unreadable", extra={"error": type(exc).__name__})
             self.depths, self.database_up = {}, False
         else:
@@ -110,8 +112,7 @@ class QueueCollector:
         self._read_at = time.monotonic()
 
     async def _fetch(self) -> list[asyncpg.Record]:
-        pool = await self.client.connect()
-        rows: list[asyncpg.Record] = await pool.fetch(sql.query("queue_depths"))
+        rows: list[asyncpg.Record] = await self.client.fetch("queue_depths")
         return rows
 
     def describe(self) -> Iterable[Metric]:

@@ -17,13 +17,14 @@ from typing import Any
 
 import asyncpg
 
-from . import clock, policy, sql
+from . import clock, policy
 from .client import Lease, LeaseClient
 from .errors import InvalidArgument
 from .metrics import AWAITING_PURGE, JOBS
 from .retry import RetryPolicy, sanitize_error
 
 log = logging.getLogger("fencegate.queue")
+claims_log = logging.getLogger("fencegate.leases.claims")
 
 QUEUE_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,100}")
 #: claimers recover expired claims at most this often (per Queue object)
@@ -100,9 +101,6 @@ class Queue:
         self._last_recovery = float("-inf")
         self._recovering: asyncio.Task[None] | None = None
 
-    async def _pool(self) -> asyncpg.Pool:
-        return await self.client.connect()
-
     async def enqueue(self, payload: Any, *, dedupe_key: str | None = None,
                       ordering_key: str | None = None, run_at: dt.datetime | None = None,
                       max_attempts: int | None = None, priority: int = 0) -> int:
@@ -123,9 +121,7 @@ class Queue:
         for j in jobs:
             if j.max_attempts is not None and j.max_attempts < 1:
                 raise InvalidArgument("max_attempts must be at least 1")
-        pool = await self._pool()
-        rows = await pool.fetch(
-            sql.query("enqueue_jobs"), self.name,
+        rows = await self.client.fetch("enqueue_jobs", self.name,
             [json.dumps(j.payload) for j in jobs], [j.dedupe_key for j in jobs],
             [j.ordering_key for j in jobs], [j.run_at for j in jobs],
             [j.max_attempts or self.retry.max_attempts for j in jobs],
@@ -135,7 +131,7 @@ class Queue:
         by_key = {r["dedupe_key"]: r["id"] for r in rows if r["dedupe_key"] is not None}
         missing = [k for k in keys if k not in by_key]
         if missing:  # deduplicated: the first job's id, read in a fresh snapshot
-            found = await pool.fetch(sql.query("find_deduplicated"), self.name, missing)
+            found = await self.client.fetch("find_deduplicated", self.name, missing)
             by_key.update({r["dedupe_key"]: r["id"] for r in found})
         # rows come back in insertion order, which is the order given
         plain = iter(r["id"] for r in rows if r["dedupe_key"] is None)
@@ -154,12 +150,16 @@ class Queue:
         if not 1 <= limit <= MAX_BATCH:
             raise InvalidArgument(f"limit must be between 1 and {MAX_BATCH}")
         self._maybe_recover()
-        pool = await self._pool()
         sent_at = clock.now()
-        rows = await pool.fetch(sql.query("claim_jobs"), self.name, owner, limit, ttl)
+        rows = await self.client.fetch("claim_jobs", self.name, owner, limit, ttl)
         jobs = [self._job(r, owner, ttl, sent_at) for r in rows]
         if jobs:
             JOBS.labels(queue=self.name, event="claimed").inc(len(jobs))
+        for job in jobs:
+            claims_log.debug("job %s of queue %s claimed by %s: fence %s, attempt %d",
+                             job.id, self.name, owner, job.fence, job.attempts, extra={
+                                 "queue": self.name, "job": job.id, "owner": owner,
+                                 "fence": job.fence, "attempt": job.attempts})
         return jobs
 
     def _job(self, r: asyncpg.Record, owner: str, ttl: float, sent_at: float) -> Job:
@@ -172,8 +172,7 @@ class Queue:
     async def complete(self, job: Job, result_ref: str | None = None) -> bool:
         """Mark the job done, if its fence is still current. False: a newer claim
         owns it (this holder was a zombie) and nothing changed."""
-        pool = await self._pool()
-        row = await pool.fetchrow(sql.query("complete_job"), job.id, job.fence, result_ref)
+        row = await self.client.fetchrow("complete_job", job.id, job.fence, result_ref)
         if row is not None:
             job.lease.ended_elsewhere()
             JOBS.labels(queue=self.name, event="completed").inc()
@@ -183,8 +182,7 @@ class Queue:
         """``complete`` for a batch, in one statement: the ids that counted."""
         if not done:
             return set()
-        pool = await self._pool()
-        rows = await pool.fetch(sql.query("complete_jobs"), [j.id for j, _ in done],
+        rows = await self.client.fetch("complete_jobs", [j.id for j, _ in done],
                                 [j.fence for j, _ in done], [ref for _, ref in done])
         counted = {r["id"] for r in rows}
         for job, _ in done:
@@ -198,8 +196,7 @@ class Queue:
         """Record a failed attempt, if the fence is still current: answers
         ``"queued"`` (retried after a backoff), ``"dead"``, or ``None`` (stale)."""
         decision = self.retry.decide(job.attempts, job.max_attempts, self._rng)
-        pool = await self._pool()
-        state = await pool.fetchval(sql.query("fail_job"), job.id, job.fence,
+        state = await self.client.fetchval("fail_job", job.id, job.fence,
                                     sanitize_error(error), decision.delay_seconds)
         if state is not None:
             job.lease.ended_elsewhere()
@@ -209,14 +206,16 @@ class Queue:
     async def recover(self) -> int:
         """Return expired claims to the queue (or to the dead, after their last
         attempt); how many."""
-        pool = await self._pool()
-        rows = await pool.fetch(sql.query("recover_jobs"), self.name)
+        rows = await self.client.fetch("recover_jobs", self.name)
         dead = sum(1 for r in rows if r["state"] == "dead")
         if dead:
             JOBS.labels(queue=self.name, event="dead").inc(dead)
-        if rows:
-            log.info("recovered expired claims",
-                     extra={"queue": self.name, "jobs": len(rows), "dead": dead})
+        for r in rows:  # who stopped renewing what, under which fence
+            log.info("job %s of queue %s recovered from %s (fence %s): %s", r["id"], r["queue"],
+                     r["claimed_by"], r["fence"], "dead, its last attempt"
+                     if r["state"] == "dead" else "back in the queue", extra={
+                         "queue": r["queue"], "job": r["id"], "owner": r["claimed_by"],
+                         "fence": r["fence"], "now": r["state"]})
         return len(rows)
 
     def _maybe_recover(self) -> None:
@@ -241,17 +240,15 @@ class Queue:
         """Delete this queue's jobs completed or dead for longer than the
         retention, with their leases, in batches until caught up; how many.
         (Leases still live or draining stay, with their job, until later.)"""
-        pool = await self._pool()
         total = 0
         while True:
-            status = await pool.execute(sql.query("purge_jobs"), self.retention_seconds, batch,
-                                        self.name)
-            done = int(status.split()[-1])
+            done = await self.client.execute("purge_jobs", self.retention_seconds, batch,
+                                             self.name)
             total += done
             if done < batch:
                 break
             await asyncio.sleep(0)
-        left = await pool.fetchval(sql.query("jobs_awaiting_purge"), self.retention_seconds)
+        left = await self.client.fetchval("jobs_awaiting_purge", self.retention_seconds)
         AWAITING_PURGE.labels(table="jobs").set(left)
         if total:
             log.info("purged finished jobs", extra={"queue": self.name, "jobs": total})
@@ -261,11 +258,10 @@ class Queue:
                      progress: Callable[[int], None] | None = None) -> int:
         """Dead jobs back to the queue with attempts reset: the ones given, or
         all of this queue's (in batches of ``batch``); how many."""
-        pool = await self._pool()
         ids = list(job_ids) if job_ids is not None else None
         total = 0
         while True:
-            rows = await pool.fetch(sql.query("replay_jobs"), self.name, ids, batch)
+            rows = await self.client.fetch("replay_jobs", self.name, ids, batch)
             total += len(rows)
             if progress is not None:
                 progress(total)
@@ -276,13 +272,11 @@ class Queue:
         return total
 
     async def list(self, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        pool = await self._pool()
-        rows = await pool.fetch(sql.query("list_jobs"), self.name, state, limit)
+        rows = await self.client.fetch("list_jobs", self.name, state, limit)
         return [job_view(r) for r in rows]
 
     async def stats(self) -> dict[str, int]:
-        pool = await self._pool()
-        rows = await pool.fetch(sql.query("queue_stats"), self.name)
+        rows = await self.client.fetch("queue_stats", self.name)
         return {r["state"]: r["jobs"] for r in rows}
 
 

@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from . import observe
-from .client import UNREACHABLE_ERRORS
-from .errors import LeaseLost
+from . import database, observe
+from .errors import LeaseLost, Unavailable
 from .queue import Job, Queue
+from .retry import sanitize_error
 
 log = logging.getLogger("fencegate.worker")
 
@@ -31,6 +31,7 @@ DEFAULT_POLL_MIN_SECONDS = 0.05
 DEFAULT_POLL_MAX_SECONDS = 2.0
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_BACKSTOP_SECONDS = 10.0
+LISTEN_TIMEOUT_SECONDS = 5.0
 #: finished jobs past the queue's retention are purged this often
 DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 
@@ -164,7 +165,7 @@ class Worker:
                 # a deadlock: none of it ends the worker; it backs off and retries
                 log.warning("claim failed: %s", exc, extra={
                     "queue": self.queue.name, "error": type(exc).__name__},
-                    exc_info=not isinstance(exc, UNREACHABLE_ERRORS))
+                    exc_info=not isinstance(exc, Unavailable))
                 jobs = []
             for job in jobs:
                 task = asyncio.get_running_loop().create_task(self._process(job))
@@ -197,15 +198,17 @@ class Worker:
                 self._jobs_arrived.set()
 
         try:
-            pool = await self.queue.client.connect()
-            conn = await asyncio.wait_for(pool.acquire(), 5)
-        except (*UNREACHABLE_ERRORS, asyncpg.PostgresError) as exc:
+            async with database.answered(LISTEN_TIMEOUT_SECONDS):
+                pool = await self.queue.client.connect()
+                conn = await pool.acquire()
+        except (Unavailable, asyncpg.PostgresError) as exc:
             log.info("no LISTEN for new jobs; polling only", extra={
                 "queue": self.queue.name, "error": type(exc).__name__})
             return None
         try:
-            await conn.add_listener("fencegate_jobs", arrived)
-        except (*UNREACHABLE_ERRORS, asyncpg.PostgresError):
+            async with database.answered(LISTEN_TIMEOUT_SECONDS):
+                await conn.add_listener("fencegate_jobs", arrived)
+        except (Unavailable, asyncpg.PostgresError):
             await pool.release(conn)
             return None
 
@@ -228,16 +231,26 @@ class Worker:
                     result = await self.handler(job)
                 except Exception as exc:
                     state = await self.queue.fail(job, exc)
-                    log.info("job failed", extra={"queue": job.queue, "job": job.id,
-                                                  "attempt": job.attempts, "now": state})
+                    log.warning(
+                        "job %s of queue %s failed (attempt %d of %d), %s: %s",
+                        job.id, job.queue, job.attempts, job.max_attempts,
+                        {"queued": "retried later", "dead": "dead now"}.get(
+                            state or "", "not counted (stale fence)"),
+                        sanitize_error(exc), extra={
+                            "queue": job.queue, "job": job.id, "fence": job.fence,
+                            "owner": job.lease.owner, "attempt": job.attempts, "now": state})
                 else:
                     if not await self._completions.complete(job, result):
-                        log.warning("job completed by a stale holder: not counted",
-                                    extra={"queue": job.queue, "job": job.id})
+                        log.warning("job %s of queue %s completed under fence %s, no longer "
+                                    "current: not counted", job.id, job.queue, job.fence,
+                                    extra={"queue": job.queue, "job": job.id,
+                                           "fence": job.fence, "owner": job.lease.owner})
         except LeaseLost as lost:
-            log.warning("job lease lost: handler cancelled",
-                        extra={"queue": job.queue, "job": job.id, "reason": lost.reason})
-        except UNREACHABLE_ERRORS as exc:
+            log.warning("job %s of queue %s: its lease (fence %s) was lost (%s), the handler "
+                        "was cancelled", job.id, job.queue, job.fence, lost.reason,
+                        extra={"queue": job.queue, "job": job.id, "fence": job.fence,
+                               "owner": job.lease.owner, "reason": lost.reason})
+        except Unavailable as exc:
             # completion could not be recorded: the lease lapses and the job is
             # recovered and run again (at-least-once; effects are fenced)
             log.warning("could not record the job's end", extra={

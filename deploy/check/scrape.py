@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gateway.auth import key_sha256  # noqa: E402
-from gateway.sinks import SmtpSink, WebhookSink  # noqa: E402
+from gateway.dev.sinks import SmtpSink, WebhookSink  # noqa: E402
 from leases import database  # noqa: E402
 
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"

@@ -12,31 +12,56 @@ endings, because the ledger treats them differently:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ..config import ProviderConfig
 from ..deadline import Deadline
+from ..idempotency import derived_key
 from ..problems import Problem
+from ..requests import EmailRequest
+from ..wire import RETRY_AFTER, ProblemCode
 
 OutcomeKind = Literal["succeeded", "failed", "retryable", "unknown"]
 
 
 @dataclass(frozen=True)
-class ProviderCall:
-    """One attempt of one effect, as the provider needs it."""
+class Call:
+    """What every attempt carries: who acts, for which key, under which fence."""
 
     client: str
     key: str
-    derived_key: str
     resource: str
     fence: int
-    method: str = "POST"
-    path: str = ""
-    query: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
+
+    @functools.cached_property
+    def derived_key(self) -> str:
+        """The key sent to the provider: the same for every attempt of one
+        effect, different across clients."""
+        return derived_key(self.client, self.key)
+
+
+@dataclass(frozen=True)
+class HttpCall(Call):
+    """A request to forward to an HTTP provider."""
+
+    method: str
+    path: str  #: under the provider's base URL, still percent-encoded
+    query: str  #: as the caller sent it, still percent-encoded
+    headers: dict[str, str] = field(default_factory=dict)  #: the caller's, to filter
     body: bytes = b""
-    payload: object = None  # the validated EmailRequest for smtp
+
+
+@dataclass(frozen=True)
+class EmailCall(Call):
+    """An email to send through an SMTP provider."""
+
+    email: EmailRequest
+
+
+#: one attempt of one effect: a tagged union, one kind per provider kind
+ProviderCall = HttpCall | EmailCall
 
 
 @dataclass(frozen=True)
@@ -46,11 +71,12 @@ class Outcome:
     body: bytes
     headers: dict[str, str]
     summary: str  # one line for operators; never a secret or a message body
-    code: str | None = None  # the problem code, when the answer is a gateway problem
+    code: ProblemCode | None = None  # the problem code, when the answer is a gateway problem
 
 
 class Provider(Protocol):
-    config: ProviderConfig
+    @property
+    def config(self) -> ProviderConfig: ...
 
     async def start(self) -> None: ...
 
@@ -62,7 +88,7 @@ class Provider(Protocol):
         ...
 
 
-def problem_outcome(kind: OutcomeKind, code: str, detail: str, summary: str,
+def problem_outcome(kind: OutcomeKind, code: ProblemCode, detail: str, summary: str,
                     **extra: object) -> Outcome:
     """An Outcome whose answer to the caller is a problem document."""
     p = Problem(code, detail)
@@ -75,6 +101,6 @@ def too_late(provider: str, waiting_for: str = "its turn") -> Outcome:
     (for a provider connection, or the process was paused). The key is free."""
     p = Problem("overloaded", f"the gateway could not start sending to {provider!r} in time "
                 f"(it waited for {waiting_for}); nothing was sent, retry later",
-                headers={"Retry-After": "1"})
+                headers={RETRY_AFTER: "1"})
     return Outcome("retryable", p.status, p.body(), p.response_headers(),
                    f"not sent: deadline reached waiting for {waiting_for}", "overloaded")

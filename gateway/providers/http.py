@@ -24,10 +24,11 @@ from aiohttp.tracing import Trace
 from yarl import URL
 
 from ..bodies import read_limited
-from ..config import ProviderConfig, signing_key
+from ..config import HttpProviderConfig, signing_key
 from ..deadline import Deadline
+from ..wire import FENCE_RESOURCE, FENCE_TOKEN, TRUNCATED, ProblemCode
 from . import gate
-from .base import Outcome, OutcomeKind, ProviderCall, problem_outcome, too_late
+from .base import HttpCall, Outcome, OutcomeKind, ProviderCall, problem_outcome, too_late
 
 #: never forwarded from the caller: hop-by-hop, and the gateway's own
 DROPPED_REQUEST_HEADERS = frozenset({
@@ -94,7 +95,7 @@ class _GatedConnector(aiohttp.TCPConnector):
 
 
 class HttpProvider:
-    def __init__(self, config: ProviderConfig, max_body_bytes: int) -> None:
+    def __init__(self, config: HttpProviderConfig, max_body_bytes: int) -> None:
         self.config = config
         self.max_body_bytes = max_body_bytes
         self._session: aiohttp.ClientSession | None = None
@@ -123,10 +124,10 @@ class HttpProvider:
         return URL(f"{self.config.base_url}/{path}" + (f"?{query}" if query else ""),
                    encoded=True)
 
-    def headers(self, call: ProviderCall) -> dict[str, str]:
+    def headers(self, call: HttpCall) -> dict[str, str]:
         headers = forwarded_headers(call.headers)
-        headers["Fence-Resource"] = call.resource
-        headers["Fence-Token"] = str(call.fence)
+        headers[FENCE_RESOURCE] = call.resource
+        headers[FENCE_TOKEN] = str(call.fence)
         if self.config.authorization:
             headers["Authorization"] = self.config.authorization
         if self.config.idempotency_header:
@@ -141,6 +142,7 @@ class HttpProvider:
 
     async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
         assert self._session is not None, "provider not started"
+        assert isinstance(call, HttpCall), "an HTTP provider forwards HTTP requests"
         if not deadline.can_start():
             return too_late(self.config.name)
         writes = gate.WriteGate(deadline)
@@ -168,13 +170,14 @@ class HttpProvider:
         headers = {h: resp.headers[h] for h in KEPT_RESPONSE_HEADERS if h in resp.headers}
         if len(body) > self.max_body_bytes:
             body = body[: self.max_body_bytes]
-            headers["Fencegate-Truncated"] = "true"
+            headers[TRUNCATED] = "true"
         if resp.status in RETRYABLE_STATUSES:
             return problem_outcome("retryable", "provider_error",
                                    f"the provider answered {resp.status}; the key is free again",
                                    f"http {resp.status}", provider_status=resp.status)
         if resp.status in AMBIGUOUS_STATUSES:
-            code = "provider_timeout" if resp.status == 504 else "provider_outcome_unknown"
+            code: ProblemCode = "provider_timeout" if resp.status == 504 \
+                else "provider_outcome_unknown"
             return problem_outcome("unknown", code,
                                    f"the provider answered {resp.status}, which may come after "
                                    "it acted: the outcome is unknown",

@@ -17,12 +17,12 @@ from email.utils import formatdate, parseaddr
 
 import aiosmtplib
 
-from ..config import ProviderConfig
+from ..config import SmtpProviderConfig
 from ..deadline import SEND_MARGIN_SECONDS, Deadline
 from ..idempotency import message_id
-from ..requests import EmailRequest
+from ..wire import FENCE_RESOURCE, FENCE_TOKEN
 from . import gate
-from .base import Outcome, ProviderCall, problem_outcome, too_late
+from .base import EmailCall, Outcome, ProviderCall, problem_outcome, too_late
 
 log = logging.getLogger("fencegate.gateway.smtp")
 
@@ -33,7 +33,8 @@ class _StaleConnection(Exception):
 _DISCONNECTS = (aiosmtplib.SMTPServerDisconnected, ConnectionError, OSError)
 
 
-def build_message(call: ProviderCall, req: EmailRequest, idempotency_header: str) -> bytes:
+def build_message(call: EmailCall, idempotency_header: str) -> bytes:
+    req = call.email
     msg = EmailMessage()
     msg["From"] = req.sender
     msg["To"] = ", ".join(req.to)
@@ -44,8 +45,8 @@ def build_message(call: ProviderCall, req: EmailRequest, idempotency_header: str
     msg["Subject"] = req.subject
     msg["Date"] = formatdate(usegmt=True)
     msg["Message-ID"] = message_id(call.client, call.key)
-    msg["Fence-Resource"] = call.resource
-    msg["Fence-Token"] = str(call.fence)
+    msg[FENCE_RESOURCE] = call.resource
+    msg[FENCE_TOKEN] = str(call.fence)
     if idempotency_header:
         msg[idempotency_header] = call.derived_key
     for name, value in req.headers.items():
@@ -89,7 +90,7 @@ def _gate(conn: aiosmtplib.SMTP) -> None:
 
 
 class SmtpProvider:
-    def __init__(self, config: ProviderConfig) -> None:
+    def __init__(self, config: SmtpProviderConfig) -> None:
         self.config = config
         self._idle: list[aiosmtplib.SMTP] = []
         self._slots = asyncio.Semaphore(config.pool_size)
@@ -115,9 +116,9 @@ class SmtpProvider:
         return conn
 
     async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
-        req = call.payload
-        assert isinstance(req, EmailRequest)
-        data = build_message(call, req, self.config.idempotency_header)
+        assert isinstance(call, EmailCall), "an SMTP provider sends emails"
+        req = call.email
+        data = build_message(call, self.config.idempotency_header)
         sender = parseaddr(req.sender)[1]
         step = ["connect"]
         # the wait for a connection counts against the attempt's deadline too

@@ -1,4 +1,6 @@
-"""The named SQL statements of fencegate, loaded once from ``queries.sql``."""
+"""The named SQL statements of fencegate, one file per table (leases.sql,
+effects.sql, jobs.sql), loaded once; the schema they run on is described whole
+in ``schema.sql`` and built by the files in ``migrations/``."""
 
 from __future__ import annotations
 
@@ -20,13 +22,29 @@ def parse_queries(text: str) -> dict[str, str]:
     return queries
 
 
+#: the statement files, one per table
+FILES = ("leases.sql", "effects.sql", "jobs.sql")
+
+
 @functools.cache
 def _queries() -> dict[str, str]:
-    return parse_queries(resources.files(__package__).joinpath("queries.sql").read_text())
+    found: dict[str, str] = {}
+    for file in FILES:
+        for name, text in parse_queries(
+                resources.files(__package__).joinpath(file).read_text()).items():
+            if name in found:
+                raise ValueError(f"query {name!r} is defined twice")
+            found[name] = text
+    return found
+
+
+def names() -> frozenset[str]:
+    """Every statement's name."""
+    return frozenset(_queries())
 
 
 def query(name: str) -> str:
-    """The statement called ``name`` in ``queries.sql``."""
+    """The statement called ``name``."""
     return _queries()[name]
 
 

@@ -74,9 +74,16 @@ def markdown(r: Run) -> str:
         "Real processes on loopback: PostgreSQL (embedded, stopped and started as a crash "
         "would), the gateway (`fencegate serve`), worker processes using the lease client "
         "and `GatewayClient`, an SMTP sink (dedupes nothing) and an HTTP sink that honours "
-        "`Idempotency-Key`; a TCP fault proxy between workers and gateway and another between "
-        "gateway and PostgreSQL. 1 % of provider answers are delayed past the gateway's "
-        "timeout. The checker reads every claim, attempt and delivery.",
+        "`Idempotency-Key` for 12 s; a TCP fault proxy between workers and gateway and another "
+        "between gateway and PostgreSQL. 1 % of provider answers are delayed past the "
+        "gateway's timeout, 1 % of HTTP requests are acted on and then dropped without an "
+        "answer, a tenth of the answers come in pieces; HTTP effects use every method and a "
+        "fifth are uploaded chunked, every body carrying its hash. Faults between admission "
+        "and send: the gateway frozen (SIGSTOP) past an effect's whole deadline, and the SMTP "
+        "server slowed until the gateway's two SMTP connections are saturated, each while a "
+        "worker whose effect the gateway holds is frozen past its lease; latency and lost "
+        "answers (statements that committed) on the gateway's database link. The checker "
+        "reads every claim, attempt and delivery.",
         "",
         "| figure | value |",
         "| --- | ---: |",

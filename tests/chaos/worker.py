@@ -24,9 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from gateway.client import FenceToken, GatewayClient, GatewayProblem
+from gateway.client import FenceToken, GatewayClient, GatewayProblem, GatewayUnreachable
 from leases import Job, LeaseClient, LeaseLost, Queue, RetryPolicy, Worker
 from tests.chaos.history import Recorder
 from tests.chaos.sinks import ANSWER, BODY_HASH_HEADER
@@ -70,14 +68,14 @@ async def send(gw: GatewayClient, lease: Any, kind: str, key: str, method: str =
             headers = {BODY_HASH_HEADER: hashlib.sha256(body).hexdigest(),
                        "Content-Type": "application/json"}
             data: Any = _pieces(body) if chunked and body else body or None
-            result = await gw.request(lease, "crm", method, "events", key, data=data,
+            result = await gw.request(lease, key, "crm", method, "events", data=data,
                                       headers=headers)
             whole = result.body == ANSWER
         return result.status, "replayed" if result.replayed else "ok", whole
     except GatewayProblem as p:
         return p.status, p.code, True
-    except (TimeoutError, aiohttp.ClientError) as e:
-        return 0, type(e).__name__, True
+    except GatewayUnreachable as e:
+        return 0, type(e.__cause__).__name__, True
 
 
 async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:

@@ -18,10 +18,10 @@ from aiohttp import web
 from hypothesis import HealthCheck, settings
 
 from gateway.app import build_app
+from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.openapi import document
 from gateway.problems import PROBLEMS
 from gateway.routes import ROUTES
-from gateway.sinks import SmtpSink, WebhookSink
 from leases import database
 from tests.conftest import TEMPLATE
 from tests.integration.conftest import API_KEY, gateway_config

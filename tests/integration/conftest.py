@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 from gateway import config as gconfig
 from gateway.app import build_app
 from gateway.auth import key_sha256
-from gateway.sinks import SmtpSink, WebhookSink
+from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import Lease, LeaseClient
 
 API_KEY = "test-key-agents"
@@ -46,12 +46,15 @@ async def webhook_sink() -> AsyncIterator[WebhookSink]:
 
 def gateway_config(smtp_port: int, http_port: int, *,
                    providers: dict[str, dict[str, Any]] | None = None,
+                   database: dict[str, Any] | None = None,
                    **server: Any) -> gconfig.Config:
     """The test gateway's configuration; ``providers`` adds providers or
-    changes keys of the standard ones."""
+    changes keys of the standard ones; ``database`` sets [database] keys."""
     data = _base_config(smtp_port, http_port, server)
     for name, keys in (providers or {}).items():
         data["providers"].setdefault(name, {}).update(keys)
+    if database:
+        data["database"] = database
     return gconfig.parse(data, "test.toml")
 
 
@@ -154,9 +157,10 @@ async def make_gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
     sessions: list[aiohttp.ClientSession] = []
 
     async def start(gateway_dsn: str | None = None, *,
-                    providers: dict[str, dict[str, Any]] | None = None, **server: Any) -> Gw:
+                    providers: dict[str, dict[str, Any]] | None = None,
+                    database: dict[str, Any] | None = None, **server: Any) -> Gw:
         config = gateway_config(smtp_sink.port, webhook_sink.port, providers=providers,
-                                **server)
+                                database=database, **server)
         app = build_app(config, gateway_dsn or dsn, migrate_on_start=False)
         test_server = TestServer(app, host="127.0.0.1")
         await test_server.start_server()

@@ -16,7 +16,7 @@ import aiohttp
 import asyncpg
 
 from gateway.auth import key_sha256
-from gateway.sinks import SmtpSink, WebhookSink
+from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import database, sql
 
 FENCEGATE = [sys.executable, "-m", "gateway.cli"]

@@ -171,7 +171,7 @@ async def test_purge_drops_only_finished_effects_past_retention(gw: Gw) -> None:
         "UPDATE fencegate_effects SET updated_at = updated_at - interval '2 days'")
     from gateway.ledger import Ledger
 
-    assert await Ledger(gw.pool, 5).purge(retention_seconds=86400) == 1
+    assert await Ledger(gw.leases).purge(retention_seconds=86400) == 1
     keys = {r[0] for r in await gw.pool.fetch("SELECT idempotency_key FROM fencegate_effects")}
     assert keys == {"old-unknown"}
 

@@ -88,7 +88,7 @@ async def test_gateway_client_sends_under_a_lease_and_raises_typed_problems(gw: 
         again = await client.send_email(lease, "c-1", sender="a@example.com",
                                         to=["b@example.com"], subject="s", text="t")
         assert again.replayed and again.json() == first.json()
-        result = await client.request(lease, "crm", "POST", "/notes", "c-2", json={"n": 1})
+        result = await client.request(lease, "c-2", "crm", "POST", "/notes", json={"n": 1})
         assert result.status == 200 and result.json() == {"ok": True}
         await asyncio.sleep(0.4)
         newer = await b.claim("run:c", ttl=30)
@@ -96,7 +96,7 @@ async def test_gateway_client_sends_under_a_lease_and_raises_typed_problems(gw: 
         # a worker that kept its fence but not our lease client: only the gateway stops it
         zombie = FenceToken(lease.resource, lease.fence)
         with pytest.raises(FenceRejected) as rejected:
-            await client.request(zombie, "crm", "POST", "/notes", "c-3", json={})
+            await client.request(zombie, "c-3", "crm", "POST", "/notes", json={})
         assert rejected.value.code == "stale_fence"
         assert rejected.value.current_fence == newer.fence
         assert len(gw.hook.deliveries) == 1
@@ -109,7 +109,7 @@ async def test_gateway_client_attempts_nothing_once_the_lease_is_lost(gw: Gw) ->
     async with GatewayClient(gw.url, API_KEY) as client:
         lease._lose("taken", "test")  # as the keeper does when a renewal is refused
         with pytest.raises(LeaseLost):
-            await client.request(lease, "crm", "POST", "/x", "d-1", json={})
+            await client.request(lease, "d-1", "crm", "POST", "/x", json={})
     assert gw.hook.deliveries == []
 
 

@@ -35,7 +35,7 @@ async def test_the_effect_purge_catches_up_in_one_pass(pool: asyncpg.Pool) -> No
                 clock_timestamp(), clock_timestamp() - interval '8 days'),
                ('agents', 'recent', '\\x00', 'run:1', 1, 'mail', 'unknown',
                 clock_timestamp(), clock_timestamp())""")
-    ledger = Ledger(pool, 5)
+    ledger = Ledger(LeaseClient(pool=pool, timeout=5))
     assert await ledger.awaiting_purge(7 * 86400) == 2500
     assert await ledger.purge(7 * 86400, batch=1000) == 2500
     assert await ledger.awaiting_purge(7 * 86400) == 0

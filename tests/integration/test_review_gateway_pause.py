@@ -13,9 +13,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import build_app
+from gateway.dev.sinks import WebhookSink
 from gateway.providers import ProviderCall
 from gateway.providers import http as http_provider
-from gateway.sinks import WebhookSink
 from leases import LeaseClient
 from tests.integration.conftest import API_KEY, gateway_config
 

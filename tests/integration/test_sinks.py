@@ -10,7 +10,7 @@ import aiosmtplib
 import pytest
 import trustme
 
-from gateway.sinks import SmtpSink
+from gateway.dev.sinks import SmtpSink
 
 
 @pytest.mark.parametrize("tls", ["none", "starttls", "tls"])

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 from gateway import config as gconfig
 from gateway.app import build_app
 from gateway.auth import key_sha256
-from gateway.sinks import SmtpSink
+from gateway.dev.sinks import SmtpSink
 from leases import LeaseClient
 from tests.integration.conftest import API_KEY
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from gateway import requests
 from gateway.deadline import SEND_MARGIN_SECONDS, Deadline
-from gateway.logs import JsonFormatter
 from gateway.problems import Problem
 from leases import database
+from leases.logs import JsonFormatter
 from leases.migrate import SchemaState, usable
 
 

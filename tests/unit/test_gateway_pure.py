@@ -186,18 +186,17 @@ def test_token_bucket_never_exceeds_burst_plus_rate(rate: float, gaps: list[floa
 def test_an_email_carries_its_message_id_fence_and_provider_key() -> None:
     import email
 
-    from gateway.providers.base import ProviderCall
+    from gateway.providers.base import EmailCall
     from gateway.providers.smtp import build_message
 
     req = requests.email_request({"from": "A <a@example.com>", "to": ["b@example.com"],
                                   "bcc": ["hidden@example.com"], "subject": "Hi",
                                   "text": "t", "html": "<p>t</p>",
                                   "headers": {"X-Campaign": "c1"}})
-    call = ProviderCall(client="agents", key="k1", derived_key="dk", resource="run:1", fence=7,
-                        payload=req)
-    msg = email.message_from_bytes(build_message(call, req, "Resend-Idempotency-Key"))
+    call = EmailCall(client="agents", key="k1", resource="run:1", fence=7, email=req)
+    msg = email.message_from_bytes(build_message(call, "Resend-Idempotency-Key"))
     assert msg["Message-ID"] == idempotency.message_id("agents", "k1")
-    assert msg["Resend-Idempotency-Key"] == "dk"
+    assert msg["Resend-Idempotency-Key"] == idempotency.derived_key("agents", "k1")
     assert (msg["Fence-Resource"], msg["Fence-Token"]) == ("run:1", "7")
     assert msg["X-Campaign"] == "c1" and msg["Bcc"] is None  # bcc only in the envelope
     assert "hidden@example.com" in req.recipients

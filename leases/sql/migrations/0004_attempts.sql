@@ -213,6 +213,30 @@ BEGIN
 END
 $$;
 
+-- The lease upsert, in one place: a claim of a resource (claim_lease) and of
+-- a job's lease (claim_jobs). It wins when the resource has no live lease, or
+-- (p_same_owner) its live lease is the caller's, and no effect of the
+-- previous fence is still in flight (the drain barrier). The new fence is one
+-- more than the last, and never below the database clock in microseconds.
+CREATE FUNCTION fencegate_claim_lease(
+    p_resource text, p_owner text, p_ttl double precision, p_same_owner boolean
+) RETURNS SETOF fencegate_leases
+LANGUAGE sql VOLATILE AS $$
+    INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
+    VALUES (p_resource, p_owner, fencegate_next_fence(0), clock_timestamp(),
+            clock_timestamp() + make_interval(secs => p_ttl))
+    ON CONFLICT (resource) DO UPDATE
+       SET owner = excluded.owner,
+           fence = fencegate_next_fence(l.fence),
+           claimed_at = clock_timestamp(),
+           expires_at = clock_timestamp() + make_interval(secs => p_ttl),
+           inflight = 0,
+           drain_until = NULL
+     WHERE (l.expires_at <= clock_timestamp() OR (p_same_owner AND l.owner = excluded.owner))
+       AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
+    RETURNING *
+$$;
+
 -- finished jobs past retention are purged oldest first
 CREATE INDEX fencegate_jobs_finished ON fencegate_jobs (finished_at)
     WHERE state IN ('completed', 'dead');

@@ -1,4 +1,11 @@
-"""Structured JSON logs. Fields come from ``extra=``; nothing secret is ever passed."""
+"""Logs as JSON lines, one object per record, for the gateway (``fencegate
+serve`` sets it up) and for workers that want the same (``leases.logs.setup()``).
+
+Every record of fencegate carries its facts as fields (``extra=``): resource,
+owner, fence, and for jobs queue and job id; under plain ``logging`` the
+messages read as sentences with the same facts. Nothing secret is ever
+passed. ``fencegate.leases.claims`` logs every claim, won or lost, at DEBUG.
+"""
 
 from __future__ import annotations
 

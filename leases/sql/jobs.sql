@@ -1,141 +1,6 @@
--- Every statement fencegate runs, one named block per operation.
--- Loaded once by leases.sql; `-- name: X` starts a block.
+-- Statements on fencegate_jobs: the work queue. A claimed job is a lease on
+-- job:<queue>:<id> in fencegate_leases (fencegate_claim_lease, schema.sql).
 -- All times come from clock_timestamp(): now() is frozen at transaction start.
-
--- name: claim_lease
--- Wins when the resource has no live lease, or its live lease is the caller's,
--- and no effect of the previous fence is still in flight (drain barrier).
--- Zero rows: lost, a normal answer.
-INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
-VALUES ($1, $2, fencegate_next_fence(0), clock_timestamp(),
-        clock_timestamp() + make_interval(secs => $3::float8))
-ON CONFLICT (resource) DO UPDATE
-   SET owner = excluded.owner,
-       fence = fencegate_next_fence(l.fence),
-       claimed_at = clock_timestamp(),
-       expires_at = clock_timestamp() + make_interval(secs => $3::float8),
-       inflight = 0,
-       drain_until = NULL
- WHERE (l.expires_at <= clock_timestamp() OR l.owner = excluded.owner)
-   AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
-RETURNING resource, owner, fence, expires_at;
-
--- name: renew_lease
--- $5: the holder's safety margin. A renewal that arrives within it of the
--- expiry comes too late for a holder that gives up that long before the
--- expiry (the lease client does): it has already let go, so the renewal is
--- refused rather than keep a lease nobody holds. (0 over HTTP: the expiry.)
-UPDATE fencegate_leases
-   SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
- WHERE resource = $1 AND owner = $2 AND fence = $3
-   AND expires_at - make_interval(secs => $5::float8) > clock_timestamp()
-RETURNING resource, owner, fence, expires_at;
-
--- name: release_lease
--- Ends the lease at once; the fence stays, so the next claim issues a higher one.
-UPDATE fencegate_leases
-   SET expires_at = clock_timestamp()
- WHERE resource = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()
-RETURNING fence;
-
--- name: abandon_claim
--- Ends the lease of an owner made up for one claim whose answer was lost
--- (nobody knows its fence). Only for such owners: they hold nothing else.
-UPDATE fencegate_leases
-   SET expires_at = clock_timestamp()
- WHERE resource = $1 AND owner = $2 AND expires_at > clock_timestamp()
-RETURNING fence;
-
--- name: show_lease
-SELECT resource, owner, fence, expires_at, expires_at > clock_timestamp() AS live,
-       inflight
-  FROM fencegate_leases
- WHERE resource = $1;
-
--- name: admit_effect
--- ($1 client, $2 key, $3 fingerprint, $4 resource, $5 fence, $6 provider,
---  $7 attempt nonce, $8 deadline seconds, $9 retry window seconds,
---  $10 resend margin seconds)
-SELECT verdict, current_fence, effect_id, retry_after,
-       response_status, response_headers, response_body
-  FROM fencegate_admit_effect($1, $2, $3, $4, $5, $6, $7::bigint, $8::float8, $9::float8,
-                              $10::float8);
-
--- name: finish_effect
--- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 state, $6 status,
---  $7 headers, $8 body, $9 summary): recorded | freed | unknown | gone
-SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $8::bytea,
-                               $9::text);
-
--- name: show_effect
--- $3: the grace after an attempt's deadline before it may be resolved
-SELECT idempotency_key, client, resource, fence, provider,
-       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
-            THEN 'unknown' ELSE state END AS state,
-       attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
-       CASE WHEN state IN ('in_flight', 'unknown')
-            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $3::float8)
-                                                 - clock_timestamp()))::float8
-       END AS resolvable_in_seconds
-  FROM fencegate_effects
- WHERE client = $1 AND idempotency_key = $2;
-
--- name: list_effects
--- $2: a state to filter on, or NULL for all; $4 as $3 of show_effect
-SELECT idempotency_key, client, resource, fence, provider,
-       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
-            THEN 'unknown' ELSE state END AS state,
-       attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
-       CASE WHEN state IN ('in_flight', 'unknown')
-            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $4::float8)
-                                                 - clock_timestamp()))::float8
-       END AS resolvable_in_seconds
-  FROM fencegate_effects
- WHERE ($1::text IS NULL OR client = $1)
-   AND ($2::text IS NULL OR state = $2
-        OR ($2 = 'unknown' AND state = 'in_flight' AND deadline <= clock_timestamp()))
- ORDER BY created_at DESC
- LIMIT $3;
-
--- name: resolve_effect_sent
--- An operator settles an effect whose outcome was unknown: it was delivered.
--- Only once its last attempt's deadline (plus $3 seconds) has passed: before
--- that, a gateway may still be sending it.
-UPDATE fencegate_effects
-   SET state = 'succeeded', response_status = coalesce(response_status, 200),
-       summary = 'resolved by an operator: sent', attempt = NULL,
-       updated_at = clock_timestamp()
- WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
-   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
-RETURNING idempotency_key;
-
--- name: resolve_effect_not_sent
--- ... or it was not: the key is free again (same condition).
-DELETE FROM fencegate_effects
- WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
-   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
-RETURNING idempotency_key;
-
--- name: purge_effects
--- Up to $2 finished effects past the retention window ($1 seconds), oldest
--- first; in-flight and unknown ones stay. The caller repeats until fewer
--- than $2 go.
-DELETE FROM fencegate_effects
- WHERE id IN (SELECT id FROM fencegate_effects
-               WHERE state IN ('succeeded', 'failed')
-                 AND updated_at < clock_timestamp() - make_interval(secs => $1::float8)
-               ORDER BY updated_at
-               LIMIT $2);
-
--- name: purge_abandoned_attempts
--- Nonces of abandoned attempts older than $1 seconds: no statement lives that long.
-DELETE FROM fencegate_abandoned_attempts
- WHERE created_at < clock_timestamp() - make_interval(secs => $1::float8);
-
--- name: effects_awaiting_purge
-SELECT count(*) FROM fencegate_effects
- WHERE state IN ('succeeded', 'failed')
-   AND updated_at < clock_timestamp() - make_interval(secs => $1::float8);
 
 -- name: enqueue_jobs
 -- Batch enqueue; rows whose (queue, dedupe_key) exists already are skipped
@@ -170,26 +35,18 @@ WITH picked AS (
      LIMIT $3
        FOR UPDATE SKIP LOCKED
 ), leased AS (
-    INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
-    SELECT 'job:' || $1 || ':' || id, $2, fencegate_next_fence(0), clock_timestamp(),
-           clock_timestamp() + make_interval(secs => $4::float8)
+    -- the lease upsert of claim_lease, without the same-owner rule: a job is
+    -- claimed again only once its previous lease has expired
+    SELECT picked.id, c.fence, c.expires_at
       FROM picked
-    ON CONFLICT (resource) DO UPDATE
-       SET owner = excluded.owner,
-           fence = fencegate_next_fence(l.fence),
-           claimed_at = clock_timestamp(),
-           expires_at = excluded.expires_at,
-           inflight = 0,
-           drain_until = NULL
-     WHERE l.expires_at <= clock_timestamp()
-       AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
-    RETURNING resource, fence, expires_at
+     CROSS JOIN LATERAL fencegate_claim_lease('job:' || $1 || ':' || picked.id, $2,
+                                              $4::float8, false) AS c
 ), claimed AS (
     UPDATE fencegate_jobs j
        SET state = 'claimed', attempts = j.attempts + 1, fence = leased.fence,
            claimed_by = $2, claimed_at = clock_timestamp()
-      FROM picked JOIN leased ON leased.resource = 'job:' || $1 || ':' || picked.id
-     WHERE j.id = picked.id  -- by primary key: joining on the resource text scanned the table
+      FROM leased
+     WHERE j.id = leased.id  -- by primary key: joining on the resource text scanned the table
     RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
               j.ordering_key, j.priority, j.run_at, leased.expires_at
 )
@@ -262,7 +119,7 @@ UPDATE fencegate_jobs j
        last_error = 'lease expired: the worker stopped renewing (crashed, killed or stalled)'
   FROM locked
  WHERE j.id = locked.id AND j.state = 'claimed' AND j.fence = locked.fence
-RETURNING j.id, j.queue, j.state;
+RETURNING j.id, j.queue, j.state, j.fence, j.claimed_by;
 
 -- name: replay_jobs
 -- Dead jobs back to the queue with their attempts reset.

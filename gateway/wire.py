@@ -1,0 +1,82 @@
+"""Every name on the wire, in one place: the headers, the problem codes and
+their statuses, the admission verdicts and the effect outcomes. The server and
+``GatewayClient`` both import them from here, so the two cannot drift apart.
+
+One outcome has one name: the database's admission verdict *is* the problem
+code the caller gets (``stale_fence``, ``effect_in_progress``, ...). Only the
+``fencegate_effects_total`` label values differ where the contract fixed
+them (``in_progress``, ``replayed``).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+# ---- headers -------------------------------------------------------------------
+
+FENCE_RESOURCE: Final = "Fence-Resource"
+FENCE_TOKEN: Final = "Fence-Token"
+IDEMPOTENCY_KEY: Final = "Idempotency-Key"
+#: on a repeat answered from the ledger: nothing was sent
+IDEMPOTENT_REPLAYED: Final = "Idempotent-Replayed"
+#: on every answer the gateway made itself (not a provider's), with its code
+PROBLEM_HEADER: Final = "Fencegate-Problem"
+#: on a provider answer cut at max_body_bytes
+TRUNCATED: Final = "Fencegate-Truncated"
+RETRY_AFTER: Final = "Retry-After"
+
+# ---- problems ------------------------------------------------------------------
+
+FenceRefusal = Literal["stale_fence", "lease_expired", "no_lease", "invalid_fence"]
+#: what admission can refuse with: the fence, or the key
+Refusal = FenceRefusal | Literal["idempotency_key_reused", "effect_in_progress",
+                                 "effect_outcome_unknown"]
+ProblemCode = Refusal | Literal[
+    "bad_request", "unauthenticated", "forbidden_resource", "not_found",
+    "method_not_allowed", "request_timeout", "lease_held", "lease_lost",
+    "effect_not_unknown", "payload_too_large", "provider_rejected", "rate_limited",
+    "internal_error", "provider_error", "provider_outcome_unknown", "unavailable",
+    "overloaded", "provider_timeout",
+]
+
+#: code → (HTTP status, title)
+PROBLEMS: dict[ProblemCode, tuple[int, str]] = {
+    "bad_request": (400, "Bad request"),
+    "unauthenticated": (401, "Unauthenticated"),
+    "forbidden_resource": (403, "Resource not allowed for this client"),
+    "not_found": (404, "Not found"),
+    "method_not_allowed": (405, "Method not allowed"),
+    "request_timeout": (408, "Request body too slow"),
+    "lease_held": (409, "Lease held by another owner"),
+    "lease_lost": (409, "Lease lost"),
+    "effect_in_progress": (409, "Effect in progress"),
+    "effect_outcome_unknown": (409, "Effect outcome unknown"),
+    "effect_not_unknown": (409, "Effect is not awaiting resolution"),
+    "stale_fence": (412, "Stale fence"),
+    "lease_expired": (412, "Lease expired"),
+    "no_lease": (412, "No lease"),
+    "invalid_fence": (412, "Invalid fence"),
+    "payload_too_large": (413, "Payload too large"),
+    "idempotency_key_reused": (422, "Idempotency key reused"),
+    "provider_rejected": (422, "Provider rejected the effect"),
+    "rate_limited": (429, "Rate limited"),
+    "internal_error": (500, "Internal error"),
+    "provider_error": (502, "Provider error"),
+    "provider_outcome_unknown": (502, "Provider outcome unknown"),
+    "unavailable": (503, "Unavailable"),
+    "overloaded": (503, "Overloaded"),
+    "provider_timeout": (504, "Provider timeout"),
+}
+
+FENCE_REFUSALS: frozenset[str] = frozenset(get_args(FenceRefusal))
+
+# ---- admission and outcomes ----------------------------------------------------
+
+#: what ``fencegate_admit_effect`` answers: go, a replay of the stored answer, a
+#: refusal (its problem code), or "abandoned" (the gateway had given the
+#: attempt up before its admission ran)
+Verdict = Literal["admitted", "replay", "abandoned"] | Refusal
+
+#: the ``outcome`` label of ``fencegate_effects_total``
+EffectOutcome = Literal["succeeded", "failed", "unknown", "replayed", "in_progress",
+                        "provider_error", "rate_limited", "overloaded"]

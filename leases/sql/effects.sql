@@ -1,0 +1,89 @@
+-- Statements on fencegate_effects: the gateway's effect ledger. Admission and
+-- the end of an attempt are functions (schema.sql), which take the lease
+-- row's lock first.
+-- All times come from clock_timestamp(): now() is frozen at transaction start.
+
+-- name: admit_effect
+-- ($1 client, $2 key, $3 fingerprint, $4 resource, $5 fence, $6 provider,
+--  $7 attempt nonce, $8 deadline seconds, $9 retry window seconds,
+--  $10 resend margin seconds)
+SELECT verdict, current_fence, effect_id, retry_after,
+       response_status, response_headers, response_body
+  FROM fencegate_admit_effect($1, $2, $3, $4, $5, $6, $7::bigint, $8::float8, $9::float8,
+                              $10::float8);
+
+-- name: finish_effect
+-- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 state, $6 status,
+--  $7 headers, $8 body, $9 summary): recorded | freed | unknown | gone
+SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $8::bytea,
+                               $9::text);
+
+-- name: show_effect
+-- $3: the grace after an attempt's deadline before it may be resolved
+SELECT idempotency_key, client, resource, fence, provider,
+       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
+            THEN 'unknown' ELSE state END AS state,
+       attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $3::float8)
+                                                 - clock_timestamp()))::float8
+       END AS resolvable_in_seconds
+  FROM fencegate_effects
+ WHERE client = $1 AND idempotency_key = $2;
+
+-- name: list_effects
+-- $2: a state to filter on, or NULL for all; $4 as $3 of show_effect
+SELECT idempotency_key, client, resource, fence, provider,
+       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
+            THEN 'unknown' ELSE state END AS state,
+       attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $4::float8)
+                                                 - clock_timestamp()))::float8
+       END AS resolvable_in_seconds
+  FROM fencegate_effects
+ WHERE ($1::text IS NULL OR client = $1)
+   AND ($2::text IS NULL OR state = $2
+        OR ($2 = 'unknown' AND state = 'in_flight' AND deadline <= clock_timestamp()))
+ ORDER BY created_at DESC
+ LIMIT $3;
+
+-- name: resolve_effect_sent
+-- An operator settles an effect whose outcome was unknown: it was delivered.
+-- Only once its last attempt's deadline (plus $3 seconds) has passed: before
+-- that, a gateway may still be sending it.
+UPDATE fencegate_effects
+   SET state = 'succeeded', response_status = coalesce(response_status, 200),
+       summary = 'resolved by an operator: sent', attempt = NULL,
+       updated_at = clock_timestamp()
+ WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
+   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
+RETURNING idempotency_key;
+
+-- name: resolve_effect_not_sent
+-- ... or it was not: the key is free again (same condition).
+DELETE FROM fencegate_effects
+ WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
+   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
+RETURNING idempotency_key;
+
+-- name: purge_effects
+-- Up to $2 finished effects past the retention window ($1 seconds), oldest
+-- first; in-flight and unknown ones stay. The caller repeats until fewer
+-- than $2 go.
+DELETE FROM fencegate_effects
+ WHERE id IN (SELECT id FROM fencegate_effects
+               WHERE state IN ('succeeded', 'failed')
+                 AND updated_at < clock_timestamp() - make_interval(secs => $1::float8)
+               ORDER BY updated_at
+               LIMIT $2);
+
+-- name: purge_abandoned_attempts
+-- Nonces of abandoned attempts older than $1 seconds: no statement lives that long.
+DELETE FROM fencegate_abandoned_attempts
+ WHERE created_at < clock_timestamp() - make_interval(secs => $1::float8);
+
+-- name: effects_awaiting_purge
+SELECT count(*) FROM fencegate_effects
+ WHERE state IN ('succeeded', 'failed')
+   AND updated_at < clock_timestamp() - make_interval(secs => $1::float8);
