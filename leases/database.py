@@ -54,6 +54,20 @@ UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.TooManyConnectionsError,
     asyncpg.AdminShutdownError,
     asyncpg.ConnectionDoesNotExistError,
+    # What a failover looks like from here (docs/operations.md, "High
+    # availability"); each means "not the primary, or no longer a session",
+    # not "no". Fail closed and retry, as for a database out of reach:
+    # - 25006: a demoted primary, or a standby behind a pooler that has not
+    #   moved yet, refuses writes;
+    # - InternalClientError: a session the server ended (a primary shutting
+    #   down) can fail its next query with "cannot switch to state N; another
+    #   operation (2) is in progress" before asyncpg sees the socket close
+    #   (asyncpg issues 784 and 1069); its subclass
+    #   TargetServerAttributeNotMatched is a multi-host DSN with
+    #   target_session_attrs=read-write finding no writable host while a
+    #   standby is being promoted.
+    asyncpg.ReadOnlySQLTransactionError,
+    asyncpg.InternalClientError,
 )
 
 
@@ -140,13 +154,49 @@ async def _leave_session_as_is(conn: asyncpg.Connection) -> None:
     is a wasted round trip: it doubled the database calls of an effect."""
 
 
+#: DSN parameters that are asyncpg's connection options rather than server
+#: settings (asyncpg would send any unknown one to the server as a setting)
+CLIENT_OPTIONS = {"statement_cache_size": int}
+
+
+def connect_options(dsn: str) -> tuple[str, dict[str, Any]]:
+    """The DSN without fencegate's client options, and those options.
+
+    ``?statement_cache_size=0`` is for PgBouncer in transaction mode (before
+    1.21, and in 1.21+ unless ``max_prepared_statements`` is set): asyncpg's
+    named prepared statements live on one server connection, and the next
+    transaction may run on another. With 0, every statement is sent unnamed,
+    which any pooling mode carries. It goes in the DSN so that every process
+    (gateway, workers, CLI) reads it from the one place it already reads.
+    """
+    parts = urlsplit(dsn)
+    if not parts.query:
+        return dsn, {}
+    kept, options = [], {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in CLIENT_OPTIONS:
+            options[key] = CLIENT_OPTIONS[key](value)
+        else:
+            kept.append((key, value))
+    if not options:
+        return dsn, {}
+    return urlunsplit(parts._replace(query=urlencode(kept, safe="/"))), options
+
+
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10,
                       **kwargs: Any) -> asyncpg.Pool:
     """An asyncpg pool as fencegate uses it: one round trip per statement."""
     kwargs.setdefault("reset", _leave_session_as_is)
+    dsn, options = connect_options(dsn)
     pool: asyncpg.Pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
-                                                   **kwargs)
+                                                   **options, **kwargs)
     return pool
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    """One connection, with the DSN's client options (see connect_options)."""
+    dsn, options = connect_options(dsn)
+    return await asyncpg.connect(dsn, **options)
 
 
 def with_database(dsn: str, name: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from . import sql
+from . import database, sql
 from .errors import SchemaError, SchemaTooNew
 
 _LOCK_KEY = 0x66656E6365  # "fence": one advisory lock for all migrators
@@ -90,6 +90,16 @@ def check_version(state: SchemaState) -> None:
 
 async def migrate(conn: asyncpg.Connection) -> list[int]:
     """Apply every missing migration; answer the versions applied."""
+    # Up to date (every gateway start but the first after an upgrade): done,
+    # without the session advisory lock. Through a transaction-mode pooler
+    # (PgBouncer) the lock, the work and the unlock can land on three server
+    # connections; the lock then stays on one of them, and every later
+    # migrator routed elsewhere waits for it forever. Reading the version
+    # needs no lock: no migrator makes it go down.
+    state = await schema_state(conn)
+    if state.version >= latest_version():
+        check_version(state)
+        return []
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
         await conn.execute(_CREATE_TABLE)
@@ -115,7 +125,7 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
 
 async def migrate_dsn(dsn: str) -> list[int]:
     """Connect to ``dsn`` and migrate it."""
-    conn = await asyncpg.connect(dsn)
+    conn = await database.connect(dsn)
     try:
         return await migrate(conn)
     finally:

@@ -20,6 +20,8 @@ from gateway.idempotency import derived_key, message_id
 #: an attempt that started this soon after an outage began may have been
 #: admitted just before it
 OUTAGE_GRACE_SECONDS = 0.05
+#: faults after which another PostgreSQL server is the primary (tests/ha)
+FAILOVERS = ("switchover", "failover")
 
 
 @dataclass
@@ -58,6 +60,8 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
     _outages(client, attempts, deliveries, outages, v)
     cut = _cut_bodies(attempts, deliveries, v)
     lost = _lost_jobs(final_jobs, expected_jobs, v)
+    regressions = _fence_regressions(claims, [e for e in events if e["ev"] == "fault"
+                                              and e["kind"] in FAILOVERS], v)
     refused = Counter(a["code"] for a in attempts if a["status"] != 200)
     report.figures.update({
         "claims": len(claims),
@@ -69,6 +73,7 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
         "stale_deliveries": stale,
         "cut_bodies": cut,
         "lost_jobs": lost,
+        "fence_regressions": regressions,
         "jobs": dict(final_jobs or {}),
     })
     return report
@@ -175,3 +180,23 @@ def _lost_jobs(final_jobs: dict[str, int] | None, expected: int, v: list[str]) -
     if sum(final_jobs.values()) != expected:
         v.append(f"{expected} jobs enqueued, {sum(final_jobs.values())} found")
     return lost
+
+
+def _fence_regressions(claims: Events, failovers: Events, v: list[str]) -> int:
+    """7. Fences never go back across a failover: every fence granted after
+    the new primary took over is above every fence granted before the old one
+    stopped, on any resource (each is floored at the database clock, so a
+    promoted standby that lost the last commits still issues higher ones)."""
+    regressions = 0
+    for f in failovers:
+        before = [c["fence"] for c in claims if c["granted"] < f["start"]]
+        after = [c for c in claims if c["granted"] > f["end"]]
+        if not before:
+            continue
+        highest = max(before)
+        below = [c for c in after if c["fence"] <= highest]
+        regressions += len(below)
+        for c in below[:20]:
+            v.append(f"fence {c['fence']} on {c['resource']} granted after the {f['kind']} "
+                     f"at {f['end']:.3f} is not above fence {highest} granted before it")
+    return regressions

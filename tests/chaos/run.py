@@ -22,6 +22,7 @@ from tests.chaos import history
 from tests.chaos.checker import Report, check
 from tests.chaos.cluster import CLIENT, Cluster
 from tests.chaos.scenarios import SoakStats, TrialStats, soak, zombie_trials
+from tests.ha.report import kept_section
 
 
 @dataclass
@@ -141,7 +142,8 @@ def main() -> int:
     a = p.parse_args()
     r = asyncio.run(run(a.seed, a.trials, a.lanes, a.workers, a.effects, a.spread))
     text = markdown(r)
-    Path(a.report).write_text(text)
+    # the section `make ha` writes at the end of the file is its own
+    Path(a.report).write_text(text + kept_section(Path(a.report)))
     print(text)
     return 0 if r.report.ok else 1
 

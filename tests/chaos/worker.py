@@ -95,7 +95,12 @@ async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
 
         async def do(cmd: dict[str, Any]) -> None:
             if cmd["op"] == "claim":
-                lease = await leases.claim(cmd["resource"], cmd["ttl"])
+                try:
+                    lease = await leases.claim(cmd["resource"], cmd["ttl"])
+                except Exception as exc:  # the database is down (the HA run's failovers)
+                    await reply({"id": cmd["id"], "fence": None, "expires": None,
+                                 "error": type(exc).__name__})
+                    return
                 if lease is not None:
                     expires = lease.expires_at.timestamp()
                     rec.record("claim", owner=name, resource=lease.resource,

@@ -106,3 +106,35 @@ def test_an_answer_cut_on_its_way_back_is_caught() -> None:
     events = [*clean(), {**attempt("k", "run:1", 11, 2.3, 2.4, 200, "replayed"),
                          "whole": False}]
     assert any("answer cut" in v for v in check(events, client=CLIENT).violations)
+
+
+def failover(start: float, end: float, kind: str = "failover") -> dict[str, Any]:
+    return {"ev": "fault", "wall": end, "kind": kind, "start": start, "end": end,
+            "db_outage": True}
+
+
+def test_a_fence_below_one_granted_before_a_failover_is_caught() -> None:
+    """On another resource too: fences are floored at the database clock, so
+    a promoted standby issues fences above every fence issued before."""
+    events = [claim("run:1", 1_000_000, 0.0, 1.0), failover(1.0, 3.0),
+              claim("run:2", 999_999, 3.5, 4.5)]
+    r = check(events, client=CLIENT)
+    assert r.figures["fence_regressions"] == 1
+    assert any("not above fence 1000000" in v for v in r.violations)
+
+
+def test_fences_that_keep_rising_across_a_switchover_pass() -> None:
+    events = [claim("run:1", 1_000_000, 0.0, 1.0), failover(1.0, 3.0, "switchover"),
+              claim("run:1", 3_500_000, 3.5, 4.5), claim("run:2", 3_600_000, 3.6, 4.6)]
+    r = check(events, client=CLIENT)
+    assert r.ok, r.violations
+    assert r.figures["fence_regressions"] == 0
+
+
+def test_other_outages_are_not_failovers() -> None:
+    """A restart of the one PostgreSQL is not a change of primary: the check
+    looks only at switchovers and failovers."""
+    events = [claim("run:1", 1_000_000, 0.0, 1.0),
+              {**failover(1.0, 3.0), "kind": "restart_postgres"},
+              claim("run:2", 999_999, 3.5, 4.5)]
+    assert check(events, client=CLIENT).figures["fence_regressions"] == 0
