@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import asyncpg
 
-from leases import LeaseClient, Unavailable
+from leases import LeaseClient, Unavailable, formats
 
 from .wire import Verdict
 
@@ -192,7 +192,7 @@ def effect_view(row: asyncpg.Record) -> dict[str, Any]:
     """An effect as operators see it (JSON-ready)."""
     out: dict[str, Any] = {}
     for k, v in dict(row).items():
-        out[k] = v.isoformat() if isinstance(v, dt.datetime) else v
+        out[k] = formats.timestamp(v) if isinstance(v, dt.datetime) else v
     out["provider_response"] = {"status": out.pop("response_status"),
                                 "summary": out.pop("summary")}
     return out

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
-from leases import InvalidArgument, Unavailable, database, migrate
+from leases import InvalidArgument, Unavailable, database, formats, migrate
 from leases import policy as lease_policy
 from leases.observe import exposition
 
@@ -191,7 +191,7 @@ def _lease_answer(request: web.Request, resource: str, owner: str, fence: int,
                   expires_at: Any, ttl: float) -> web.Response:
     return web.json_response({"resource": resource,
                               "owner": _shown_owner(client_of(request), owner),
-                              "fence": fence, "expires_at": expires_at.isoformat(),
+                              "fence": fence, "expires_at": formats.timestamp(expires_at),
                               "ttl_seconds": ttl})
 
 
@@ -246,7 +246,8 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
                                   "expires_at": None, "live": False})
     return web.json_response({"resource": info.resource,
                               "owner": _shown_owner(client_of(request), info.owner),
-                              "fence": info.fence, "expires_at": info.expires_at.isoformat(),
+                              "fence": info.fence,
+                              "expires_at": formats.timestamp(info.expires_at),
                               "live": info.live})
 
 

@@ -46,7 +46,9 @@ class LeaseClient:
     """Claims, renews and releases leases in PostgreSQL.
 
     ``LeaseClient(dsn)`` opens its own pool on first use (or ``await
-    client.connect()``); ``LeaseClient(pool=pool)`` borrows one. With
+    client.connect()``); ``LeaseClient(pool=pool)`` borrows one; ``LeaseClient()``
+    uses the database the ``fencegate`` CLI uses (``FENCEGATE_DATABASE_URL``, or
+    the embedded PostgreSQL of the nearest ``.fencegate/``). With
     ``timeout``, a call that gets no answer in that many seconds raises
     ``Unavailable``, as any call does that gets no answer at all.
 
@@ -65,8 +67,8 @@ class LeaseClient:
         pool_size: int = DEFAULT_POOL_SIZE,
         timeout: float | None = None,
     ) -> None:
-        if (dsn is None) == (pool is None):
-            raise ValueError("give either dsn or pool")
+        if dsn is not None and pool is not None:
+            raise ValueError("give dsn or pool, not both")
         self.timeout = timeout
         self._dsn = dsn
         self._pool = pool
@@ -81,9 +83,12 @@ class LeaseClient:
         if self._pool is None:
             async with self._connect_lock:
                 if self._pool is None:
-                    assert self._dsn is not None
+                    # no DSN: the one the CLI uses (FENCEGATE_DATABASE_URL, or the embedded server)
+                    dsn = self._dsn
+                    if dsn is None:
+                        dsn = await asyncio.to_thread(database.database_url)
                     self._pool = await database.create_pool(
-                        self._dsn,
+                        dsn,
                         min_size=1,
                         max_size=self._pool_size,
                         command_timeout=DEFAULT_COMMAND_TIMEOUT,
