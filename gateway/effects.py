@@ -156,6 +156,9 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         if verdict == "abandoned":  # a nonce collision, or a statement replayed late
             raise Problem("unavailable", "the attempt could not be admitted; nothing was sent",
                           headers={RETRY_AFTER: "1"})
+        if verdict in FENCE_REFUSALS and gw.rejections is not None:  # for the console
+            gw.rejections.note(call.client, cfg.name, verdict, call.resource, call.fence,
+                               admission.current_fence, call.key)
         _refuse(effect, admission, verdict)
 
     async def end(state: FinalState, answer: StoredAnswer | None, summary: str | None) -> None:

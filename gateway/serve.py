@@ -23,6 +23,7 @@ from leases.cli import CONNECT_ERRORS
 
 from .app import build_app
 from .config import Config, load
+from .console.session import secret_for_processes
 from .errors import ConfigError
 
 log = logging.getLogger("fencegate.serve")
@@ -122,6 +123,8 @@ def serve(config_path: str, workers: int = 1) -> int:
     if workers <= 1:
         _run_worker(config_path, dsn, 1)
         return 0
+    # one console session key for every serving process (gateway/console/session.py)
+    secret_for_processes()
     # N processes bind the port with SO_REUSEPORT; the kernel spreads connections.
     # Metrics are summed across them through prometheus_client's multiprocess
     # mode, which must be on before a worker imports it: hence spawn, not fork.
