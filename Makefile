@@ -26,8 +26,10 @@ STAMP := $(VENV)/.installed-$(EXTRAS)
 
 BENCH_STAMP := $(VENV)/.installed-bench
 DEPLOY_STAMP := $(VENV)/.installed-deploy
+BROWSER_STAMP := $(VENV)/.installed-browser
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-all lint chaos bench deploy-check clean
+.PHONY: run test test-all lint chaos bench deploy-check console-check clean
 
 $(BIN)/python:
 	@$(if $(filter $(PYTHON_VERSION),$(PYTHONS)),:,echo "fencegate runs on Python \
@@ -91,6 +93,21 @@ deploy-check: $(DEPLOY_STAMP)
 	PATH="$$(deploy/check/tools.sh)" && export PATH && \
 	$(BIN)/python deploy/check/static.py && \
 	$(BIN)/python deploy/check/scrape.py
+
+$(BROWSER_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),browser]'
+	touch $(BROWSER_STAMP)
+
+# the console in a real browser: Debian's headless chromium (installed here with apt
+# when missing; Playwright never downloads a browser), driven by Playwright for
+# Python. Logs in, sees a zombie refused, resolves, replays, and photographs every
+# screen into docs/console/ (docs/console.md). About 20 s. Not part of `make test`.
+console-check: $(BROWSER_STAMP)
+	@test -x $(CHROMIUM) || { echo "installing Debian's chromium (apt-get)"; \
+	  $(if $(filter 0,$(shell id -u)),,sudo) sh -c 'apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium'; }
+	FENCEGATE_BROWSER=1 FENCEGATE_CHROMIUM=$(CHROMIUM) FENCEGATE_SCREENSHOTS=docs/console \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
 
 clean:
 	rm -rf .venv .venv-* .fencegate

@@ -71,7 +71,8 @@ NOTICES = {
 def _secured(response: web.StreamResponse, csp: str = CSP) -> web.StreamResponse:
     response.headers["Content-Security-Policy"] = csp
     response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "no-referrer"
+    # not no-referrer: with it, browsers send "Origin: null" on the forms' POSTs
+    response.headers["Referrer-Policy"] = "same-origin"
     response.headers["X-Frame-Options"] = "DENY"
     response.headers.setdefault("Cache-Control", "no-store")
     return response

@@ -138,9 +138,10 @@ def same_origin(request: web.Request) -> bool:
     """A POST made by the console's own pages (browsers send ``Origin`` on
     every POST; ``Sec-Fetch-Site`` where they do not)."""
     origin = request.headers.get("Origin")
-    if origin is not None:  # the host only: behind a TLS proxy the scheme differs
+    if origin is not None and origin != "null":  # the host only: a TLS proxy's scheme differs
         return urlsplit(origin).netloc == request.host
-    return request.headers.get("Sec-Fetch-Site", "same-origin") in ("same-origin", "none")
+    # no Origin, or "null" (a page whose referrer policy hides it)
+    return request.headers.get("Sec-Fetch-Site", "same-origin") == "same-origin"
 
 
 def csrf_ok(session: Session, secret: bytes, token: str | None) -> bool:
