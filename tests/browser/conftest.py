@@ -8,6 +8,10 @@ import os
 
 import pytest
 
+from tests.integration.conftest import smtp_sink, webhook_sink
+
+__all__ = ["CHROMIUM", "smtp_sink", "webhook_sink"]  # the sinks are fixtures
+
 CHROMIUM = os.environ.get("FENCEGATE_CHROMIUM", "/usr/bin/chromium")
 
 

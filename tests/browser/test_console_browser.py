@@ -23,8 +23,8 @@ from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.state import GATEWAY
 from leases import LeaseClient, Queue
 from tests.browser.conftest import CHROMIUM
+from tests.integration.conftest import API_KEY
 from tests.integration.test_console import OPERATOR_KEY, _unknown_effect, console_config
-from tests.integration.conftest import API_KEY, smtp_sink, webhook_sink  # noqa: F401 - fixtures
 
 #: waits for what the page shows; generous, as the test must not flake (not a measurement)
 WAIT_MS = 30_000
