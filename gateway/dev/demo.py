@@ -18,10 +18,8 @@ from leases import LeaseClient
 from ..client import FenceRejected, FenceToken, GatewayClient
 from .stack import dev_stack
 
-FENCE_IN_ONE_LINE = (
-    "A fence is the number the database hands out with each claim of a resource, higher "
-    "every time;\nthe gateway lets an effect through only under the resource's newest fence."
-)
+FENCE_IN_ONE_LINE = ("A fence is the number the database hands out with each claim, higher "
+                     "every time: the gateway accepts only a resource's newest.")
 #: a shortened fence keeps at least this many digits
 MIN_DIGITS = 6
 

@@ -47,3 +47,29 @@ def test_the_operator_role() -> None:
     assert gconfig.parse({"clients": [_client(role="operator")]}).clients[0].role == "operator"
     with pytest.raises(ConfigError, match=r"clients\[0\]\.role: must be"):
         gconfig.parse({"clients": [_client(role="admin")]}, "gw.toml")
+
+
+def test_the_rejections_chart_stacks_each_minute_by_reason() -> None:
+    from gateway.console.screens import CHART_HEIGHT, chart
+
+    now = dt.datetime(2025, 11, 30, 9, 30, 30, tzinfo=dt.UTC)
+    minute = now.replace(second=0)
+    rows = [{"minute": minute, "reason": "stale_fence", "rejections": 3},
+            {"minute": minute, "reason": "no_lease", "rejections": 1},
+            {"minute": minute - dt.timedelta(minutes=90), "reason": "stale_fence",
+             "rejections": 9}]  # outside the hour: left out
+    drawn = chart(rows, now.timestamp())
+    assert drawn["peak"] == 4 and drawn["end"] == "09:30" and drawn["start"] == "08:31"
+    bars = drawn["bars"]
+    assert [b["reason"] for b in bars] == ["no_lease", "stale_fence"]
+    assert sum(b["height"] for b in bars) == CHART_HEIGHT  # the peak fills the chart
+    assert bars[1]["y"] == 0.0 and bars[0]["y"] == bars[1]["height"]
+
+
+def test_the_rejection_buffer_is_bounded() -> None:
+    from gateway import rejections
+
+    log = rejections.RejectionLog(None)  # type: ignore[arg-type]  # never written here
+    for n in range(rejections.MAX_BUFFERED + 5):
+        log.note("agents", "mail", "stale_fence", "run:1", n + 1, n + 2, f"k{n}")
+    assert len(log._buffer) == rejections.MAX_BUFFERED and log.dropped == 5
