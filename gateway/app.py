@@ -15,6 +15,7 @@ from leases import Busy, LeaseClient, Unavailable, database, migrate
 from leases.metrics import AWAITING_PURGE
 from leases.observe import QueueCollector
 
+from . import console
 from .auth import Authenticator
 from .config import Config, SmtpProviderConfig
 from .ledger import Ledger
@@ -181,6 +182,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
             await pool.close()
 
     app.cleanup_ctx.append(lifecycle)
+    console.mount(app)  # after lifecycle: its own start needs the Gateway
     start_at_zero(config.providers)
     return app
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -13,7 +12,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from leases import LeaseClient, database, jobs_cli, logs
+from leases import LeaseClient, formats, jobs_cli, logs
 from leases import cli as leases_cli
 from leases.errors import LeasesError
 
@@ -36,13 +35,16 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(_config_path(args), args.workers)
 
 
-def _interrupt_on_sigterm() -> None:
-    """SIGTERM ends `fencegate dev` as Ctrl-C does, so the embedded PostgreSQL
-    is stopped on the way out rather than left running."""
+def _interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP (a closed terminal, `tmux kill-session`) end
+    `fencegate dev` as Ctrl-C does, so the embedded PostgreSQL is stopped on
+    the way out rather than left running. (A SIGKILL runs nothing: the guard
+    of leases.embedded stops the server then.)"""
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -54,7 +56,7 @@ def _dev(args: argparse.Namespace) -> int:
         return 2
 
     logs.setup(logging.WARNING)
-    _interrupt_on_sigterm()
+    _interrupt_on_signals()
     try:
         asyncio.run(run_dev(args.port))
     except KeyboardInterrupt:
@@ -80,37 +82,47 @@ def _effects(args: argparse.Namespace) -> int:
         if args.verb == "show":
             effect = await ledger.show(args.client, args.key)
             if effect is None:
-                print(f"no effect {args.key!r} for client {args.client!r}", file=sys.stderr)
+                print(f"no such effect: {args.key!r} for client {args.client!r}",
+                      file=sys.stderr)
                 return 1
-            leases_cli.emit(args, effect, "\n".join(f"{k:>18}: {v}" for k, v in effect.items()))
+            leases_cli.emit(args, effect, "\n".join(
+                f"{k:>18}: {formats.text(v)}" for k, v in effect.items()))
             return 0
         if args.verb == "list":
             rows = await ledger.list(args.client, args.state, args.limit)
-            if args.json:
-                print(json.dumps(rows, default=str))
-            else:
-                print("\n".join(
-                    f"{r['state']:<10} {r['client']:<12} {r['idempotency_key']:<32} "
-                    f"{r['resource']} fence {r['fence']} via {r['provider']}"
-                    for r in rows) or "no effects")
+            leases_cli.emit(args, rows, "\n".join(
+                f"{r['state']:<10} {r['client']:<12} {r['idempotency_key']:<32} "
+                f"{r['resource']} fence {r['fence']} via {r['provider']}, "
+                f"{r['created_at']}" for r in rows) or "no effects")
             return 0
-        ok = await ledger.resolve(args.client, args.key, args.outcome)
-        if ok:
-            text = f"{args.key}: resolved as {args.outcome}"
-        else:
-            effect = await ledger.show(args.client, args.key)
-            if effect is None:
-                text = f"{args.key}: no such effect for client {args.client}"
-            elif effect["state"] in ("in_flight", "unknown") and \
-                    effect["resolvable_in_seconds"]:
-                text = (f"{args.key}: an attempt may still be under way; resolvable in "
-                        f"{effect['resolvable_in_seconds']:.1f} s")
-            else:
-                text = f"{args.key}: not awaiting resolution (it is {effect['state']})"
-        leases_cli.emit(args, {"idempotency_key": args.key, "resolved": ok}, text)
-        return 0 if ok else 1
+        return await _resolve(args, ledger)
 
     return leases_cli.run_with_pool(run)
+
+
+async def _resolve(args: argparse.Namespace, ledger: Ledger) -> int:
+    ok = await ledger.resolve(args.client, args.key, args.outcome)
+    reason = None
+    if ok:
+        text = f"{args.key}: resolved as {args.outcome}"
+    else:
+        effect = await ledger.show(args.client, args.key)
+        if effect is None:
+            reason = "not_found"
+            text = f"no such effect: {args.key!r} for client {args.client!r}"
+        elif effect["state"] in ("in_flight", "unknown") and effect["resolvable_in_seconds"]:
+            reason = "effect_in_progress"
+            text = (f"{args.key}: an attempt may still be under way; resolvable in "
+                    f"{effect['resolvable_in_seconds']:.1f} s")
+        else:
+            reason = "effect_not_unknown"
+            text = f"{args.key}: not awaiting resolution (it is {effect['state']})"
+    data = {"idempotency_key": args.key, "resolved": ok, **({"reason": reason} if reason else {})}
+    if args.json:
+        leases_cli.emit(args, data, text)
+    else:
+        print(text, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
 
 
 def parser() -> argparse.ArgumentParser:
@@ -157,10 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, LeasesError) as exc:  # e.g. no database and no embedded one
         print(f"fencegate: {exc}", file=sys.stderr)
         return 2
-    except (OSError, asyncpg.PostgresError) as exc:
-        print(f"fencegate: cannot reach the database at "
-              f"{database.redacted(os.environ.get(database.DATABASE_URL_ENV, 'embedded'))}: "
-              f"{type(exc).__name__}", file=sys.stderr)
+    except (OSError, asyncpg.PostgresError) as exc:  # what no step above mapped
+        print(f"fencegate: {exc or type(exc).__name__}", file=sys.stderr)
         return 3
 
 

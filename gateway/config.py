@@ -59,6 +59,11 @@ class ServerConfig:
     max_requests_in_flight: int = 0
 
 
+#: what a client is: a worker (the default) or also an operator
+Role = Literal["worker", "operator"]
+ROLES: tuple[Role, ...] = ("worker", "operator")
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     name: str
@@ -66,6 +71,8 @@ class ClientConfig:
     resources: tuple[str, ...]
     #: more API keys of the same client, accepted alike: a key being rotated in or out
     more_keys_sha256: tuple[str, ...] = ()
+    #: "operator": may also log in to the console (gateway/console/)
+    role: Role = "worker"
 
     @property
     def keys_sha256(self) -> tuple[str, ...]:
@@ -218,7 +225,7 @@ def _server(source: str, raw: Any) -> ServerConfig:
 
 def _client(source: str, index: int, raw: Any) -> ClientConfig:
     r = _Reader(source, f"clients[{index}]", raw)
-    r.check_unknown({"name", "key_sha256", "key_sha256_env", "resources"})
+    r.check_unknown({"name", "key_sha256", "key_sha256_env", "resources", "role"})
     name = r.get("name", str, required=True)
     if not _NAME.fullmatch(name):
         raise r.error("name", "must be 1 to 64 of A-Z a-z 0-9 _ -")
@@ -226,7 +233,10 @@ def _client(source: str, index: int, raw: Any) -> ClientConfig:
     resources = r.get("resources", list, required=True)
     if not resources or not all(isinstance(p, str) and p for p in resources):
         raise r.error("resources", "must be a non-empty list of patterns such as \"run:*\"")
-    return ClientConfig(name, keys[0], tuple(resources), keys[1:])
+    role = r.get("role", str, "worker")
+    if role not in ROLES:
+        raise r.error("role", 'must be "worker" or "operator"')
+    return ClientConfig(name, keys[0], tuple(resources), keys[1:], role)
 
 
 def _client_keys(r: _Reader) -> tuple[str, ...]:

@@ -15,8 +15,6 @@ always outlasts ours, whatever the database's or the pool's delays.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -39,9 +37,6 @@ from .wire import FENCE_REFUSALS, IDEMPOTENT_REPLAYED, RETRY_AFTER, EffectOutcom
 
 log = logging.getLogger("fencegate.effects")
 
-#: how long a repeat of a key waits for this process to land the record of
-#: the answer it just gave, before it is told "in progress"
-RECORD_WAIT_SECONDS = 1.0
 
 #: the detail of each refusal the admission answers
 REFUSALS: dict[Refusal, str] = {
@@ -149,13 +144,11 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
         attempt, budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
     )
-    recording = gw.ledger.outcomes.pending(call.client, call.key) \
-        if admission.verdict == "effect_in_progress" else None
-    if recording is not None:
+    if admission.verdict == "effect_in_progress" and \
+            gw.ledger.outcomes.pending(call.client, call.key) is not None:
         # this process answered the key a moment ago and is still writing its
         # record: wait for it, then ask again (a replay, or unknown)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(recording), RECORD_WAIT_SECONDS)
+        await gw.ledger.settled(call.client, call.key)
         attempt = new_attempt()
         admission = await gw.ledger.admit(
             call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
@@ -169,6 +162,9 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         if verdict == "abandoned" or verdict == "busy":  # a nonce collision, a late statement
             raise Problem("unavailable", "the attempt could not be admitted; nothing was sent",
                           headers={RETRY_AFTER: "1"})
+        if verdict in FENCE_REFUSALS and gw.rejections is not None:  # for the console
+            gw.rejections.note(call.client, cfg.name, verdict, call.resource, call.fence,
+                               admission.current_fence, call.key)
         _refuse(effect, admission, verdict)
 
     async def end(state: FinalState, answer: StoredAnswer | None, summary: str | None) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import asyncpg
 
-from leases import Busy, LeaseClient, Unavailable
+from leases import Busy, LeaseClient, Unavailable, formats
 from leases.batch import Batcher
 from leases.metrics import BATCH_SIZE
 
@@ -37,6 +37,9 @@ RESEND_MARGIN_SECONDS = 5.0
 RESOLVE_GRACE_SECONDS = 1.0
 #: how long an outcome that could not be recorded is retried in the background
 RECORD_RETRY_SECONDS = 60.0
+#: how long a read or a repeat of a key waits for this process to land the
+#: record of the answer it just gave
+RECORD_WAIT_SECONDS = 1.0
 #: nonces of abandoned attempts are kept this long
 ABANDONED_KEPT_SECONDS = 86400.0
 #: admission statements out at once per process; more calls gather meanwhile
@@ -204,6 +207,14 @@ class Ledger:
         if self._background:
             await asyncio.wait(self._background, timeout=self.timeout)
 
+    async def settled(self, client: str, key: str) -> None:
+        """Wait (a moment at most) for this process to land the record of an
+        answer it gave for ``key``: a read right after the answer sees it."""
+        recording = self.outcomes.pending(client, key)
+        if recording is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(recording), RECORD_WAIT_SECONDS)
+
     async def show(self, client: str, key: str) -> dict[str, Any] | None:
         row = await self.db.fetchrow("show_effect", client, key, RESOLVE_GRACE_SECONDS)
         return None if row is None else effect_view(row)
@@ -244,7 +255,7 @@ def effect_view(row: asyncpg.Record) -> dict[str, Any]:
     """An effect as operators see it (JSON-ready)."""
     out: dict[str, Any] = {}
     for k, v in dict(row).items():
-        out[k] = v.isoformat() if isinstance(v, dt.datetime) else v
+        out[k] = formats.timestamp(v) if isinstance(v, dt.datetime) else v
     out["provider_response"] = {"status": out.pop("response_status"),
                                 "summary": out.pop("summary")}
     return out

@@ -46,20 +46,32 @@ def _operation(route: Route) -> dict[str, Any]:
         "responses": {},
     }
     for status, text in sorted(route.answers.items()):
-        content = ({"application/json": {"schema": {"type": "object"}}} if status < 400
-                   else {"application/problem+json": {
-                       "schema": {"$ref": "#/components/schemas/Problem"}}})
-        op["responses"][str(status)] = {"description": text, "content": content}
+        op["responses"][str(status)] = _response(route, status, text)
     if route.auth:
         op["security"] = [{"bearer": []}]
-        op["responses"].setdefault("401", {"description": "unauthenticated", "content": {
-            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
+        op["responses"].setdefault("401", _response(route, 401, "unauthenticated"))
     if route.body is not None:
         op["requestBody"] = {"required": True,
                              "content": {"application/json": {"schema": route.body}}}
     elif route.effect and route.method in ("POST", "PUT", "PATCH"):
         op["requestBody"] = {"required": False, "content": {"*/*": {"schema": {}}}}
     return op
+
+
+def _response(route: Route, status: int, text: str) -> dict[str, Any]:
+    """One answer: a success with the route's schema, or a problem document
+    whose ``code`` is one of those named (``"stale_fence | no_lease"``)."""
+    if status < 400:
+        return {"description": text, "content": {route.result_type: {
+            "schema": route.result if route.result is not None else {}}}}
+    codes = [c.strip() for c in text.split("|")]
+    wrong = [c for c in codes if c not in PROBLEMS or PROBLEMS[c][0] != status]
+    if wrong:
+        raise ValueError(f"{route.method} {route.path}: {status}: not its codes: {wrong}")
+    schema = {"allOf": [{"$ref": "#/components/schemas/Problem"},
+                        {"properties": {"code": {"enum": codes},
+                                        "status": {"const": status}}}]}
+    return {"description": text, "content": {"application/problem+json": {"schema": schema}}}
 
 
 def document(routes: tuple[Route, ...]) -> dict[str, Any]:

@@ -14,11 +14,11 @@ from typing import Any, Literal
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
-from leases import InvalidArgument, Unavailable, database, migrate
+from leases import InvalidArgument, Unavailable, database, formats, migrate
 from leases import policy as lease_policy
 from leases.observe import exposition
 
-from . import effects, requests
+from . import effects, requests, schemas
 from .auth import check_resource
 from .bodies import read_limited
 from .config import ClientConfig
@@ -41,7 +41,11 @@ class Route:
     auth: bool = True
     effect: bool = False
     body: dict[str, Any] | None = None  # JSON schema of the request body
+    #: every status it can answer: the success described, each error as its codes
     answers: dict[int, str] = field(default_factory=dict)
+    #: the JSON schema of a successful answer, and its media type
+    result: dict[str, Any] | None = None
+    result_type: str = "application/json"
 
     @property
     def openapi_path(self) -> str:
@@ -191,7 +195,7 @@ def _lease_answer(request: web.Request, resource: str, owner: str, fence: int,
                   expires_at: Any, ttl: float) -> web.Response:
     return web.json_response({"resource": resource,
                               "owner": _shown_owner(client_of(request), owner),
-                              "fence": fence, "expires_at": expires_at.isoformat(),
+                              "fence": fence, "expires_at": formats.timestamp(expires_at),
                               "ttl_seconds": ttl})
 
 
@@ -246,7 +250,8 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
                                   "expires_at": None, "live": False})
     return web.json_response({"resource": info.resource,
                               "owner": _shown_owner(client_of(request), info.owner),
-                              "fence": info.fence, "expires_at": info.expires_at.isoformat(),
+                              "fence": info.fence,
+                              "expires_at": formats.timestamp(info.expires_at),
                               "live": info.live})
 
 
@@ -255,6 +260,7 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
 async def show_effect(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     key = request.match_info["key"]
+    await gw.ledger.settled(client_of(request).name, key)
     effect = await gw.ledger.show(client_of(request).name, key)
     if effect is None:
         raise Problem("not_found", "no effect with this Idempotency-Key for this client")
@@ -354,39 +360,55 @@ _EFFECT_ANSWERS = {200: "the provider's answer (or a replay of it)", 400: "bad_r
                    409: "effect_in_progress | effect_outcome_unknown",
                    412: "stale_fence | lease_expired | no_lease | invalid_fence",
                    413: "payload_too_large", 422: "idempotency_key_reused | provider_rejected",
-                   429: "rate_limited", 502: "provider_error | provider_outcome_unknown",
+                   429: "rate_limited", 500: "internal_error",
+                   502: "provider_error | provider_outcome_unknown",
                    503: "unavailable | overloaded", 504: "provider_timeout"}
+#: what every route that reads a JSON body can answer besides its own
+_BODY_ANSWERS = {400: "bad_request", 401: "unauthenticated", 403: "forbidden_resource",
+                 408: "request_timeout", 413: "payload_too_large", 500: "internal_error",
+                 503: "unavailable"}
+_READ_ANSWERS = {401: "unauthenticated", 500: "internal_error", 503: "unavailable"}
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/email", send_email, "Send one email through an SMTP provider",
-          effect=True, body=_EMAIL_SCHEMA, answers=_EFFECT_ANSWERS),
+          effect=True, body=_EMAIL_SCHEMA, answers=_EFFECT_ANSWERS, result=schemas.EMAIL_SENT),
     *(Route(m, "/v1/http/{provider}/{path:.*}", proxy_http,
             f"Forward a {m} request to a configured HTTP provider", effect=True,
-            answers=_EFFECT_ANSWERS) for m in PROXY_METHODS),
+            # 404: a path no route matches (a provider name with characters none has)
+            answers={**_EFFECT_ANSWERS, 404: "not_found"}, result_type="*/*")
+      for m in PROXY_METHODS),
     Route("POST", "/v1/leases/claim", claim_lease, "Claim a lease",
           body=_lease_schema("resource", "ttl_seconds"),
-          answers={200: "the lease", 409: "lease_held"}),
+          answers={200: "the lease", **_BODY_ANSWERS, 409: "lease_held"}, result=schemas.LEASE),
     Route("POST", "/v1/leases/renew", renew_lease, "Renew a lease",
           body=_lease_schema("resource", "owner", "fence", "ttl_seconds"),
-          answers={200: "the lease", 409: "lease_lost"}),
+          answers={200: "the lease, with its new expiry", **_BODY_ANSWERS, 409: "lease_lost"},
+          result=schemas.LEASE),
     Route("POST", "/v1/leases/release", release_lease, "Release a lease",
           body=_lease_schema("resource", "owner", "fence"),
-          answers={200: "{released: bool}"}),
-    Route("GET", "/v1/leases/{resource:[A-Za-z0-9._:/@-]+}", show_lease, "Show a resource's lease",
-          answers={200: "the lease"}),
+          answers={200: "whether a live lease of this owner and fence was ended",
+                   **_BODY_ANSWERS}, result=schemas.RELEASED),
+    # any characters: one outside the resource alphabet is a 400 that names it, not a 404
+    Route("GET", "/v1/leases/{resource:[\\s\\S]+}", show_lease, "Show a resource's lease",
+          answers={200: "the lease (fence null: never claimed)", 400: "bad_request",
+                   403: "forbidden_resource", **_READ_ANSWERS}, result=schemas.LEASE_SHOWN),
     Route("GET", "/v1/effects/{key}", show_effect, "Show an effect",
-          answers={200: "the effect", 404: "not_found"}),
+          answers={200: "the effect", 404: "not_found", **_READ_ANSWERS},
+          result=schemas.EFFECT),
     Route("POST", "/v1/effects/{key}/resolve", resolve_effect,
           "Settle an effect whose outcome is unknown",
           body={"type": "object", "required": ["outcome"],
                 "properties": {"outcome": {"enum": ["sent", "not_sent"]}}},
-          answers={200: "resolved", 404: "not_found",
-                   409: "effect_not_unknown | effect_in_progress"}),
-    Route("GET", "/healthz", healthz, "Liveness", auth=False, answers={200: "alive"}),
-    Route("GET", "/readyz", readyz, "Readiness: database reachable and migrated", auth=False,
-          answers={200: "ready", 503: "unavailable"}),
+          answers={200: "resolved", **_BODY_ANSWERS, 404: "not_found",
+                   409: "effect_not_unknown | effect_in_progress"}, result=schemas.RESOLVED),
+    *(Route(m, "/healthz", healthz, "Liveness", auth=False, answers={200: "alive"},
+            result=schemas.HEALTH) for m in ("GET", "HEAD")),
+    *(Route(m, "/readyz", readyz, "Readiness: database reachable and migrated", auth=False,
+            answers={200: "ready", 500: "internal_error", 503: "unavailable"},
+            result=schemas.READY) for m in ("GET", "HEAD")),
     Route("GET", "/metrics", metrics, "Prometheus metrics", auth=False,
-          answers={200: "text format"}),
+          answers={200: "text format"}, result={"type": "string"},
+          result_type="text/plain"),
     Route("GET", "/openapi.json", openapi, "This description", auth=False,
-          answers={200: "OpenAPI 3.1"}),
+          answers={200: "OpenAPI 3.1"}, result={"type": "object"}),
 )

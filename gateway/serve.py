@@ -3,28 +3,77 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.process
 import os
+import re
 import signal
+import socket
 import sys
 import tempfile
 import time
 
 from aiohttp import web
 
-from leases import database, logs, migrate
+from leases import Unavailable, database, logs, migrate
+from leases.cli import CONNECT_ERRORS
 
 from .app import build_app
 from .config import Config, load
+from .console.session import secret_for_processes
+from .errors import ConfigError
 
 log = logging.getLogger("fencegate.serve")
 
 
+def say(line: str) -> None:
+    print(f"fencegate: {line}", file=sys.stderr, flush=True)
+
+
 def database_url(config: Config) -> str:
-    return os.environ.get(config.database_url_env) or database.database_url()
+    """The DSN in the variable the configuration names. Unset, it is an error,
+    unless it is FENCEGATE_DATABASE_URL, whose absence means the embedded
+    PostgreSQL everywhere in fencegate (and is said so)."""
+    env = config.database_url_env
+    dsn = os.environ.get(env)
+    if dsn:
+        return database.check_dsn(dsn, f"{env} (named by {config.source}: database.url_env)")
+    if env != database.DATABASE_URL_ENV:
+        raise ConfigError(f"{config.source}: database.url_env: names the environment "
+                          f"variable {env}, which is not set")
+    return database.database_url(say=lambda s: say(f"database: {s} ({env} is unset)"),
+                                 guard=True)
+
+
+def check_port_free(config: Config) -> None:
+    """Fail before anything starts if the address is taken, with what to change."""
+    host, port = config.server.host, config.server.port
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(f"{config.source}: server.host: cannot resolve {host!r} "
+                          f"({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            why = "is in use (another fencegate?)" if exc.errno == errno.EADDRINUSE \
+                else f"cannot be bound ({exc.strerror})"
+            raise ConfigError(f"{config.source}: server: {host}:{port} {why}: stop what "
+                              "listens there, or change server.port") from None
+
+
+async def _migrate(dsn: str) -> None:
+    try:
+        await migrate.migrate_dsn(dsn)
+    except CONNECT_ERRORS as exc:
+        raise Unavailable(f"cannot reach the database at {database.redacted(dsn)}: "
+                          f"{exc or type(exc).__name__}") from exc
 
 
 def use_uvloop() -> None:
@@ -40,7 +89,15 @@ def _run_worker(config_path: str, dsn: str, processes: int) -> None:
     use_uvloop()
     config = load(config_path)
     app = build_app(config, dsn, migrate_on_start=False, processes=processes)
-    web.run_app(app, host=config.server.host, port=config.server.port, print=None,
+
+    def listening(message: str) -> None:  # aiohttp's "Running on http://..."
+        if processes == 1:
+            found = re.search(r"https?://\S+", message)
+            url = found.group(0) if found else f"{config.server.host}:{config.server.port}"
+            say(f"listening on {url} (the API; the console at {url}/console, the API "
+                f"reference at {url}/docs)")
+
+    web.run_app(app, host=config.server.host, port=config.server.port, print=listening,
                 access_log=None, reuse_port=processes > 1)
 
 
@@ -56,13 +113,18 @@ def serve(config_path: str, workers: int = 1) -> int:
     """Run the gateway until SIGINT or SIGTERM."""
     logs.setup()
     config = load(config_path)
+    check_port_free(config)
     dsn = database_url(config)
-    asyncio.run(migrate.migrate_dsn(dsn))  # once, before any worker takes traffic
-    print(f"fencegate: serving on http://{config.server.host}:{config.server.port} "
-          f"({workers} process{'es' if workers > 1 else ''})", file=sys.stderr, flush=True)
+    asyncio.run(_migrate(dsn))  # once, before any worker takes traffic
+    if workers > 1:
+        url = f"http://{config.server.host}:{config.server.port}"
+        say(f"listening on {url} with {workers} processes (the console at {url}/console, "
+            f"the API reference at {url}/docs)")
     if workers <= 1:
         _run_worker(config_path, dsn, 1)
         return 0
+    # one console session key for every serving process (gateway/console/session.py)
+    secret_for_processes()
     # N processes bind the port with SO_REUSEPORT; the kernel spreads connections.
     # Metrics are summed across them through prometheus_client's multiprocess
     # mode, which must be on before a worker imports it: hence spawn, not fork.

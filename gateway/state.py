@@ -15,6 +15,7 @@ from .config import Config
 from .ledger import Ledger
 from .providers import Provider
 from .ratelimit import TokenBucket
+from .rejections import RejectionLog
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Gateway:
     in_flight: int = 0
     #: queue depths and database reachability for /metrics (leases.observe)
     observer: QueueCollector | None = None
+    #: fence rejections recorded for the console (gateway/rejections.py)
+    rejections: RejectionLog | None = None
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

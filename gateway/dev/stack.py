@@ -12,6 +12,7 @@ import contextlib
 import logging
 import secrets
 import socket
+import tomllib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from leases import database, migrate
 
 from ..app import build_app
 from ..auth import key_sha256
-from ..config import Config, load
+from ..config import Config, load, parse
 from .sinks import SmtpSink, WebhookSink
 
 log = logging.getLogger("fencegate.dev")
@@ -53,10 +54,11 @@ def dev_api_key(home: Path) -> str:
     return path.read_text().strip()
 
 
-def write_dev_config(home: Path, api_key: str, gateway_port: int, smtp_port: int,
-                     webhook_port: int) -> Path:
-    path = home / "dev.toml"
-    path.write_text(f"""# written by `fencegate dev`; edit a copy, not this file
+def dev_config_text(api_key: str, gateway_port: int, smtp_port: int,
+                    webhook_port: int) -> str:
+    """The dev configuration: one client, ``dev``, an operator (it may use the
+    console), and the two sinks as providers."""
+    return f"""# written by `fencegate dev`; edit a copy, not this file
 [server]
 host = "127.0.0.1"
 port = {gateway_port}
@@ -69,6 +71,7 @@ url_env = "FENCEGATE_DATABASE_URL"
 name = "dev"
 key_sha256 = "{key_sha256(api_key)}"
 resources = ["run:*", "lead:*", "job:*"]
+role = "operator"
 
 [providers.mail]
 kind = "smtp"
@@ -87,7 +90,13 @@ timeout_seconds = 10
 rate_limit_per_second = 100
 idempotency_header = "Idempotency-Key"
 idempotency_window_seconds = 86400
-""")
+"""
+
+
+def write_dev_config(home: Path, api_key: str, gateway_port: int, smtp_port: int,
+                     webhook_port: int) -> Path:
+    path = home / "dev.toml"
+    path.write_text(dev_config_text(api_key, gateway_port, smtp_port, webhook_port))
     return path
 
 
@@ -96,30 +105,47 @@ class DevStack:
     url: str
     api_key: str
     config: Config
-    config_path: Path
+    #: where the configuration was written (None: kept in memory, as the demo does)
+    config_path: Path | None
     dsn: str
+    #: which database that is, in words
+    database: str
     smtp: SmtpSink
     hook: WebhookSink
 
 
 @contextlib.asynccontextmanager
-async def dev_stack(gateway_port: int = DEV_GATEWAY_PORT) -> AsyncIterator[DevStack]:
+async def dev_stack(gateway_port: int = DEV_GATEWAY_PORT, *,
+                    own_files: bool = True) -> AsyncIterator[DevStack]:
+    """The gateway, its sinks and the database. ``own_files``: the dev key and
+    ``.fencegate/dev.toml`` are this stack's (``fencegate dev``); without it
+    (``fencegate demo``) a key and a configuration are made up in memory, so a
+    running ``fencegate dev`` is left alone."""
     home = database.home()
-    dsn = database.database_url()
+    where: list[str] = []
+    dsn = database.database_url(say=where.append, guard=own_files)
     await migrate.migrate_dsn(dsn)
-    smtp = await SmtpSink().start(port=_free(DEV_SMTP_PORT))
-    hook = await WebhookSink().start(port=_free(DEV_WEBHOOK_PORT))
+    smtp = await SmtpSink().start(port=_free(DEV_SMTP_PORT) if own_files else 0)
+    hook = await WebhookSink().start(port=_free(DEV_WEBHOOK_PORT) if own_files else 0)
     port = _free(gateway_port) if gateway_port else 0
-    api_key = dev_api_key(home)
-    path = write_dev_config(home, api_key, port, smtp.port, hook.port)
-    config = load(path)
+    if own_files:
+        api_key = dev_api_key(home)
+        path: Path | None = write_dev_config(home, api_key, port, smtp.port, hook.port)
+        assert path is not None
+        config = load(path)
+    else:
+        api_key, path = "fg_demo_" + secrets.token_urlsafe(18), None
+        config = parse(tomllib.loads(dev_config_text(api_key, port, smtp.port, hook.port)),
+                       "<demo>")
     runner = web.AppRunner(build_app(config, dsn, migrate_on_start=False), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = runner.addresses[0][1]
     try:
-        yield DevStack(f"http://127.0.0.1:{port}", api_key, config, path, dsn, smtp, hook)
+        yield DevStack(f"http://127.0.0.1:{port}", api_key, config, path, dsn,
+                       where[0] if where else f"{database.redacted(dsn)} "
+                       f"({database.DATABASE_URL_ENV})", smtp, hook)
     finally:
         await runner.cleanup()
         await hook.close()
@@ -136,9 +162,14 @@ def curl_guide(stack: DevStack) -> str:
     return f"""
 fencegate dev is up.
   gateway      {stack.url}   (config: {stack.config_path})
+  console      {stack.url}/console   (log in with the dev API key below)
+  API docs     {stack.url}/docs      OpenAPI: {stack.url}/openapi.json
+  metrics      {stack.url}/metrics
   SMTP sink    127.0.0.1:{stack.smtp.port}   (every accepted message is printed here)
   webhook sink http://127.0.0.1:{stack.hook.port}/api
-  metrics      {stack.url}/metrics      OpenAPI: {stack.url}/openapi.json
+  database     {stack.dsn}
+               {stack.database}; `LeaseClient()` and the fencegate CLI
+               run in this folder use it too (or export FENCEGATE_DATABASE_URL=<that DSN>)
 
 Try it from another terminal:
 

@@ -103,3 +103,41 @@ DELETE FROM fencegate_abandoned_attempts
 SELECT count(*) FROM fencegate_effects
  WHERE state IN ('succeeded', 'failed')
    AND updated_at < clock_timestamp() - make_interval(secs => $1::float8);
+
+-- name: effect_counts
+-- For the operators' console: effects by state, finished in the last $1
+-- seconds, and every one still open; each part reads a partial index.
+SELECT state, count(*) AS effects FROM fencegate_effects
+ WHERE state IN ('succeeded', 'failed')
+   AND updated_at > clock_timestamp() - make_interval(secs => $1::float8)
+ GROUP BY state
+UNION ALL
+SELECT 'unknown', count(*) FROM fencegate_effects
+ WHERE state = 'unknown' OR (state = 'in_flight' AND deadline <= clock_timestamp())
+UNION ALL
+SELECT 'in_flight', count(*) FROM fencegate_effects
+ WHERE state = 'in_flight' AND deadline > clock_timestamp();
+
+-- name: recent_effects
+-- The $1 latest finished effects (the purge index, read backwards).
+SELECT idempotency_key, client, resource, fence, provider, state, attempts, created_at,
+       updated_at, response_status, summary
+  FROM fencegate_effects
+ WHERE state IN ('succeeded', 'failed')
+ ORDER BY updated_at DESC
+ LIMIT $1;
+
+-- name: open_effects
+-- Effects awaiting an operator (unknown, or in flight past their deadline)
+-- and effects in flight (holding their lease's drain barrier), at most $1;
+-- $2 as $3 of show_effect.
+SELECT idempotency_key, client, resource, fence, provider,
+       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
+            THEN 'unknown' ELSE state END AS state,
+       attempts, created_at, updated_at, deadline, response_status, summary,
+       greatest(0, extract(epoch FROM deadline + make_interval(secs => $2::float8)
+                                      - clock_timestamp()))::float8 AS resolvable_in_seconds
+  FROM fencegate_effects
+ WHERE state = 'unknown' OR state = 'in_flight'
+ ORDER BY updated_at DESC
+ LIMIT $1;

@@ -225,3 +225,20 @@ SELECT queue,
   FROM fencegate_jobs
  WHERE state IN ('queued', 'claimed', 'dead')
  GROUP BY 1, 2;
+
+-- name: oldest_runnable_jobs
+-- For the operators' console: each queue's oldest due job.
+SELECT DISTINCT ON (queue) queue, id, run_at,
+       extract(epoch FROM clock_timestamp() - run_at)::float8 AS waiting_seconds
+  FROM fencegate_jobs
+ WHERE state = 'queued' AND run_at <= clock_timestamp()
+ ORDER BY queue, run_at, id;
+
+-- name: dead_jobs
+-- The $1 latest dead jobs of every queue, with their last error.
+SELECT id, queue, payload, attempts, max_attempts, finished_at, last_error, ordering_key,
+       dedupe_key
+  FROM fencegate_jobs
+ WHERE state = 'dead'
+ ORDER BY finished_at DESC, id DESC
+ LIMIT $1;

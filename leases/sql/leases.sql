@@ -46,3 +46,17 @@ SELECT resource, owner, fence, expires_at, expires_at > clock_timestamp() AS liv
        inflight
   FROM fencegate_leases
  WHERE resource = $1;
+
+-- name: recent_leases
+-- For the operators' console: live leases, leases holding the drain barrier,
+-- and those that ended in the last $2 seconds; the latest claims first, at
+-- most $1. (No index on the times: one would cost every renewal its HOT
+-- update. The console asks at most once a second per gateway process.)
+SELECT resource, owner, fence, claimed_at, expires_at,
+       expires_at > clock_timestamp() AS live, inflight, drain_until,
+       inflight > 0 AND drain_until > clock_timestamp() AS draining
+  FROM fencegate_leases
+ WHERE expires_at > clock_timestamp() - make_interval(secs => $2::float8)
+    OR (inflight > 0 AND drain_until > clock_timestamp())
+ ORDER BY claimed_at DESC
+ LIMIT $1;

@@ -88,7 +88,7 @@ def test_demo_tells_the_zombie_story(dsn: str, tmp_path: Path) -> None:
     out = subprocess.run([*FENCEGATE, "demo"], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "refuses: 412 stale_fence" in out.stdout
+    assert "refuses worker-a: 412 stale_fence" in out.stdout
     assert "received 1 message(s)" in out.stdout
 
 
@@ -242,7 +242,7 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
         run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
     early = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
                                     "agents", "--outcome", "sent")
-    assert early.returncode == 1 and "resolvable in" in early.stdout, early.stdout
+    assert early.returncode == 1 and "resolvable in" in early.stderr, early.stderr
     # as if its grace had passed too
     await conn.execute("UPDATE fencegate_effects SET deadline = deadline - interval '1 hour'")
     await conn.close()

@@ -1,0 +1,278 @@
+"""The operators' console: server-rendered pages under ``/console`` (leases,
+effects, fence rejections, queues), a little JavaScript that refreshes them
+in place, and two actions (resolve an unknown effect, replay a dead job).
+Also ``/docs``, the API reference of ``/openapi.json`` (Redoc, vendored).
+
+These are HTML routes for people, kept apart from the JSON API's route table
+(gateway/routes.py): they add nothing to ``/openapi.json``. ``mount`` adds them
+to the gateway's application, with the fence-rejection recorder the
+rejections screen reads (gateway/rejections.py).
+
+Security: see session.py (operators only, signed HttpOnly SameSite=Strict
+cookie, CSRF token and origin check on every action); every page is sent
+with a strict Content-Security-Policy (no inline script or style, nothing
+loaded from elsewhere); every login and action is logged with the operator's
+name (logger ``fencegate.console``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+
+from leases import Queue, Unavailable, formats
+
+from ..config import ClientConfig
+from ..rejections import RejectionLog
+from ..state import GATEWAY, Gateway
+from . import screens, session
+
+log = logging.getLogger("fencegate.console")
+
+CACHE_KEY = web.AppKey("console_cache", screens.Cache)
+SCREENS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
+    "leases": screens.leases, "effects": screens.effects,
+    "rejections": screens.rejections, "queues": screens.queues,
+}
+TITLES = {"leases": "Leases", "effects": "Effects", "rejections": "Fence rejections",
+          "queues": "Queues"}
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+#: Redoc draws with styles it injects, and searches in a worker made from a blob
+DOCS_CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
+            "worker-src blob:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+STATIC = {"console.css": "text/css", "console.js": "text/javascript",
+          "redoc.standalone.js": "text/javascript",
+          "redoc.standalone.js.LICENSE.txt": "text/plain", "redoc.LICENSE": "text/plain"}
+
+NOTICES = {
+    "resolved_sent": "Resolved as sent: the effect is stored as succeeded; repeats of its "
+                     "key are replayed, nothing is sent again.",
+    "resolved_not_sent": "Resolved as not sent: the key is free again; the worker's next "
+                         "attempt with it is sent.",
+    "resolve_wait": "Not yet: an attempt of that effect may still be under way. It can be "
+                    "resolved once its deadline (plus a grace) has passed.",
+    "not_unknown": "That effect is not awaiting resolution any more.",
+    "no_such_effect": "No such effect.",
+    "replayed": "Replayed: the job is back in its queue, its attempts reset.",
+    "not_dead": "That job is not dead any more.",
+    "refused": "That action was refused (an expired page?): reload and try again.",
+}
+
+
+def _secured(response: web.StreamResponse, csp: str = CSP) -> web.StreamResponse:
+    response.headers["Content-Security-Policy"] = csp
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    # not no-referrer: with it, browsers send "Origin: null" on the forms' POSTs
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def _gw(request: web.Request) -> Gateway:
+    return request.app[GATEWAY]
+
+
+def _render(name: str, request: web.Request, context: dict[str, Any],
+            status: int = 200) -> web.StreamResponse:
+    return _secured(aiohttp_jinja2.render_template(name, request, context, status=status))
+
+
+def _operator(request: web.Request) -> tuple[session.Session, ClientConfig]:
+    found = session.current(request, _gw(request).config)
+    if found is None:  # the page's refresh follows this too, and then reloads
+        raise web.HTTPSeeOther("/console/login")
+    return found
+
+
+# ---- login ----------------------------------------------------------------------------
+
+async def login_page(request: web.Request) -> web.StreamResponse:
+    if session.current(request, _gw(request).config) is not None:
+        raise web.HTTPSeeOther("/console")
+    return _render("login.html", request, {"error": None})
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    if not session.same_origin(request):
+        return _render("login.html", request, {"error": NOTICES["refused"]}, status=403)
+    form = await request.post()
+    api_key = str(form.get("api_key", ""))
+    client = session.operator_for_key(_gw(request).config, api_key) if api_key else None
+    if client is None:
+        log.warning("console login refused", extra={"peer": request.remote})
+        return _render("login.html", request, {
+            "error": "Not an operator's API key. Only clients configured with "
+                     'role = "operator" may use the console.'}, status=403)
+    response = web.HTTPSeeOther("/console")
+    session.start(response, request, client, api_key)
+    log.info("operator %s logged in to the console", client.name,
+             extra={"operator": client.name, "action": "login", "peer": request.remote})
+    _secured(response)
+    raise response
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    found = session.current(request, _gw(request).config)
+    response = web.HTTPSeeOther("/console/login")
+    form = await request.post()
+    if found is not None and session.same_origin(request) and session.csrf_ok(
+            found[0], request.app[session.SECRET_KEY], str(form.get("csrf", ""))):
+        session.end(response)
+        log.info("operator %s logged out", found[1].name,
+                 extra={"operator": found[1].name, "action": "logout"})
+    raise response
+
+
+# ---- screens --------------------------------------------------------------------------
+
+async def home(request: web.Request) -> web.StreamResponse:
+    _operator(request)
+    raise web.HTTPSeeOther("/console/leases")
+
+
+async def screen(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["screen"]
+    if name not in SCREENS:
+        raise web.HTTPNotFound()
+    sess, operator = _operator(request)
+    gw = _gw(request)
+    context: dict[str, Any] = {
+        "screen": name, "title": TITLES[name], "titles": TITLES, "operator": operator.name,
+        "csrf": sess.csrf(request.app[session.SECRET_KEY]),
+        "notice": NOTICES.get(request.query.get("notice", "")),
+        "part": bool(request.query.get("part")), "error": None,
+        "dropped": gw.rejections.dropped if gw.rejections else 0,
+    }
+    try:
+        context.update(await request.app[CACHE_KEY].get(
+            name, lambda: SCREENS[name](gw.leases)))
+    except Unavailable:
+        context["error"] = "The database does not answer: what is shown may be out of date."
+        return _render(f"{name}.html", request, context, status=503)
+    return _render(f"{name}.html", request, context)
+
+
+# ---- actions --------------------------------------------------------------------------
+
+async def _action(request: web.Request) -> tuple[ClientConfig, Any] | None:
+    """The operator and the form of a POST that passed the origin and CSRF
+    checks; None if it did not."""
+    sess, operator = _operator(request)
+    form = await request.post()
+    if not session.same_origin(request) or not session.csrf_ok(
+            sess, request.app[session.SECRET_KEY], str(form.get("csrf", ""))):
+        log.warning("console action refused: origin or CSRF token", extra={
+            "operator": operator.name, "path": request.path})
+        return None
+    return operator, form
+
+
+async def resolve(request: web.Request) -> web.StreamResponse:
+    checked = await _action(request)
+    if checked is None:
+        raise web.HTTPSeeOther("/console/effects?notice=refused")
+    operator, form = checked
+    client, key, outcome = (str(form.get(k, "")) for k in ("client", "key", "outcome"))
+    if outcome not in ("sent", "not_sent"):
+        raise web.HTTPSeeOther("/console/effects?notice=refused")
+    gw = _gw(request)
+    if await gw.ledger.resolve(client, key, outcome):
+        notice = f"resolved_{outcome}"
+    else:
+        effect = await gw.ledger.show(client, key)
+        if effect is None:
+            notice = "no_such_effect"
+        elif effect["state"] in ("in_flight", "unknown") and effect["resolvable_in_seconds"]:
+            notice = "resolve_wait"
+        else:
+            notice = "not_unknown"
+    request.app[CACHE_KEY].forget()
+    log.info("operator %s resolved effect %s of client %s as %s: %s", operator.name, key,
+             client, outcome, notice, extra={
+                 "operator": operator.name, "action": "resolve", "client": client,
+                 "key": key, "outcome": outcome, "result": notice})
+    raise web.HTTPSeeOther(f"/console/effects?notice={notice}")
+
+
+async def replay(request: web.Request) -> web.StreamResponse:
+    checked = await _action(request)
+    if checked is None:
+        raise web.HTTPSeeOther("/console/queues?notice=refused")
+    operator, form = checked
+    try:
+        queue = Queue(_gw(request).leases, str(form.get("queue", "")))
+        job_id = int(str(form.get("id", "")))
+    except ValueError:
+        raise web.HTTPSeeOther("/console/queues?notice=refused") from None
+    done = await queue.replay([job_id])
+    notice = "replayed" if done else "not_dead"
+    request.app[CACHE_KEY].forget()
+    log.info("operator %s replayed dead job %s of queue %s: %s", operator.name, job_id,
+             queue.name, notice, extra={"operator": operator.name, "action": "replay",
+                                        "queue": queue.name, "job": job_id, "result": notice})
+    raise web.HTTPSeeOther(f"/console/queues?notice={notice}")
+
+
+# ---- files, and the API reference ------------------------------------------------------
+
+async def static(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    if name not in STATIC:
+        raise web.HTTPNotFound()
+    body = resources.files(__package__).joinpath("static", name).read_bytes()
+    response = web.Response(body=body, content_type=STATIC[name])
+    response.headers["Cache-Control"] = "public, max-age=3600"
+    return _secured(response)
+
+
+async def docs(request: web.Request) -> web.StreamResponse:
+    """The API reference: Redoc (vendored, static/) drawing /openapi.json."""
+    page = resources.files(__package__).joinpath("templates", "docs.html").read_text()
+    return _secured(web.Response(text=page, content_type="text/html"), DOCS_CSP)
+
+
+def _filters(env: jinja2.Environment) -> None:
+    env.filters["ts"] = lambda v: formats.timestamp(v) if v is not None else ""
+    env.filters["fence"] = lambda v: "" if v is None else f"{v:,}".replace(",", "\u202f")
+    env.filters["seconds"] = lambda v: "" if v is None else (
+        f"{v:.0f} s" if v < 120 else f"{v / 60:.0f} min" if v < 7200 else f"{v / 3600:.1f} h")
+    env.filters["json"] = formats.text
+
+
+def mount(app: web.Application) -> None:
+    """Add the console, /docs and the rejection recorder to the gateway's app."""
+    env = aiohttp_jinja2.setup(app, loader=jinja2.PackageLoader(__package__, "templates"),
+                               autoescape=True, undefined=jinja2.StrictUndefined)
+    _filters(env)
+    app[session.SECRET_KEY] = session.secret_for_processes()
+    app[CACHE_KEY] = screens.Cache()
+    app.router.add_get("/console", home, allow_head=False)
+    app.router.add_get("/console/login", login_page, allow_head=False)
+    app.router.add_post("/console/login", login)
+    app.router.add_post("/console/logout", logout)
+    app.router.add_post("/console/effects/resolve", resolve)
+    app.router.add_post("/console/jobs/replay", replay)
+    app.router.add_get("/console/static/{name}", static, allow_head=False)
+    app.router.add_get("/console/{screen}", screen, allow_head=False)
+    app.router.add_get("/docs", docs)  # and HEAD
+    app.cleanup_ctx.append(_recorder)
+
+
+async def _recorder(app: web.Application) -> AsyncIterator[None]:
+    gw = app[GATEWAY]
+    gw.rejections = RejectionLog(gw.leases)
+    gw.rejections.start()
+    try:
+        yield
+    finally:
+        await gw.rejections.stop()

@@ -1,0 +1,154 @@
+"""What each console screen shows, read from the database through the
+``leases`` package's named statements (leases/sql/*.sql).
+
+Reads are cheap by construction: each screen is a few statements, each bounded
+(a LIMIT, a partial index, a time window), and one process reads a screen at
+most once per ``FRESH_SECONDS`` however many operators watch it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from leases import LeaseClient
+
+from ..ledger import RESOLVE_GRACE_SECONDS
+from ..wire import FENCE_REFUSALS
+
+#: a screen's data is shared by every viewer of one process for this long
+FRESH_SECONDS = 1.0
+#: how far back the screens look
+RECENT_LEASES_SECONDS = 3600.0
+EFFECT_COUNTS_SECONDS = 3600.0
+REJECTIONS_SECONDS = 3600.0
+ROWS = 50
+REASONS = tuple(sorted(FENCE_REFUSALS))
+
+
+@dataclass
+class Cache:
+    """Each screen's data, read once per ``FRESH_SECONDS`` per process."""
+
+    entries: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    async def get(self, name: str, read: Callable[[], Awaitable[dict[str, Any]]],
+                  ) -> dict[str, Any]:
+        lock = self.locks.setdefault(name, asyncio.Lock())
+        async with lock:  # viewers arriving together share one read
+            found = self.entries.get(name)
+            if found is not None and time.monotonic() - found[0] < FRESH_SECONDS:
+                return found[1]
+            data = await read()
+            self.entries[name] = (time.monotonic(), data)
+            return data
+
+    def forget(self) -> None:
+        """After an action: the next view reads afresh."""
+        self.entries.clear()
+
+
+def _rows(records: list[Any]) -> list[dict[str, Any]]:
+    return [dict(r) for r in records]
+
+
+async def leases(db: LeaseClient) -> dict[str, Any]:
+    rows = _rows(await db.fetch("recent_leases", ROWS, RECENT_LEASES_SECONDS))
+    open_ = _rows(await db.fetch("open_effects", ROWS, RESOLVE_GRACE_SECONDS))
+    holding: dict[str, list[dict[str, Any]]] = {}
+    for e in open_:
+        if e["state"] == "in_flight":
+            holding.setdefault(e["resource"], []).append(e)
+    for row in rows:
+        row["holding"] = holding.get(row["resource"], [])
+    return {"leases": rows, "live": sum(1 for r in rows if r["live"]),
+            "draining": sum(1 for r in rows if r["draining"]),
+            "window_minutes": int(RECENT_LEASES_SECONDS // 60)}
+
+
+async def effects(db: LeaseClient) -> dict[str, Any]:
+    counts = {r["state"]: r["effects"]
+              for r in await db.fetch("effect_counts", EFFECT_COUNTS_SECONDS)}
+    open_ = _rows(await db.fetch("open_effects", ROWS, RESOLVE_GRACE_SECONDS))
+    recent = _rows(await db.fetch("recent_effects", ROWS))
+    return {"counts": {s: counts.get(s, 0) for s in ("succeeded", "failed", "unknown",
+                                                      "in_flight")},
+            "unknown": [e for e in open_ if e["state"] == "unknown"],
+            "in_flight": [e for e in open_ if e["state"] == "in_flight"],
+            "recent": recent, "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
+
+
+async def rejections(db: LeaseClient) -> dict[str, Any]:
+    by_minute = await db.fetch("rejections_by_minute", REJECTIONS_SECONDS)
+    resources = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS))
+    totals: dict[tuple[str, str], int] = {}
+    for r in by_minute:
+        key = (r["provider"], r["reason"])
+        totals[key] = totals.get(key, 0) + r["rejections"]
+    return {"chart": chart(by_minute, time.time()),
+            "totals": [{"provider": p, "reason": why, "rejections": n}
+                       for (p, why), n in sorted(totals.items())],
+            "total": sum(totals.values()), "resources": resources,
+            "window_minutes": int(REJECTIONS_SECONDS // 60)}
+
+
+async def queues(db: LeaseClient) -> dict[str, Any]:
+    depths: dict[str, dict[str, int]] = {}
+    for r in await db.fetch("queue_depths"):
+        depths.setdefault(r["queue"], {})[r["state"]] = r["jobs"]
+    oldest = {r["queue"]: dict(r) for r in await db.fetch("oldest_runnable_jobs")}
+    dead = _rows(await db.fetch("dead_jobs", ROWS))
+    for job in dead:
+        job["payload"] = json.loads(job["payload"])
+    names = sorted(set(depths) | set(oldest))
+    return {"queues": [{"name": q, "depth": {s: depths.get(q, {}).get(s, 0)
+                                             for s in ("queued", "scheduled", "claimed",
+                                                       "dead")},
+                        "oldest": oldest.get(q)} for q in names],
+            "dead": dead}
+
+
+# ---- the rejections chart, drawn on the server --------------------------------------
+
+CHART_MINUTES = int(REJECTIONS_SECONDS // 60)
+CHART_WIDTH, CHART_HEIGHT, BAR_GAP = 720, 140, 2
+
+
+def chart(by_minute: list[Any], now: float) -> dict[str, Any]:
+    """Bars of the last hour, one per minute, stacked by reason: SVG rectangles
+    as data (x, y, width, height, reason, label), so the page needs no script
+    and no inline style to draw them. Pure: ``now`` is given."""
+    end = int(now // 60) * 60
+    start = end - (CHART_MINUTES - 1) * 60
+    per: dict[int, dict[str, int]] = {}
+    for r in by_minute:
+        minute = int(r["minute"].timestamp())
+        if start <= minute <= end:
+            slot = per.setdefault(minute, {})
+            slot[r["reason"]] = slot.get(r["reason"], 0) + r["rejections"]
+    peak = max((sum(v.values()) for v in per.values()), default=0)
+    width = CHART_WIDTH / CHART_MINUTES
+    bars = []
+    for minute, counts in sorted(per.items()):
+        x = (minute - start) / 60 * width
+        y = float(CHART_HEIGHT)
+        for reason in REASONS:
+            n = counts.get(reason, 0)
+            if not n:
+                continue
+            h = CHART_HEIGHT * n / peak
+            y -= h
+            at = dt.datetime.fromtimestamp(minute, dt.UTC).strftime("%H:%M")
+            bars.append({"x": round(x, 1), "y": round(y, 1), "width": round(width - BAR_GAP, 1),
+                         "height": round(h, 1), "reason": reason,
+                         "label": f"{at} UTC: {n} {reason}"})
+    return {"bars": bars, "peak": peak, "width": CHART_WIDTH, "height": CHART_HEIGHT,
+            "start": dt.datetime.fromtimestamp(start, dt.UTC).strftime("%H:%M"),
+            "end": dt.datetime.fromtimestamp(end, dt.UTC).strftime("%H:%M"),
+            "reasons": REASONS}
