@@ -26,6 +26,7 @@ from yarl import URL
 from ..bodies import read_limited
 from ..config import HttpProviderConfig, signing_key
 from ..deadline import Deadline
+from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from ..wire import FENCE_RESOURCE, FENCE_TOKEN, TRUNCATED, ProblemCode
 from . import gate
 from .base import HttpCall, Outcome, OutcomeKind, ProviderCall, problem_outcome, too_late
@@ -41,15 +42,16 @@ DROPPED_REQUEST_HEADERS = frozenset({
 #: the provider's answer headers handed back (content headers)
 KEPT_RESPONSE_HEADERS = ("Content-Type", "Content-Language", "Content-Disposition", "ETag",
                          "Last-Modified", "Location", "Cache-Control")
-#: provider statuses that mean "failed, nothing done, try again"
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 503})
+#: provider statuses that mean "failed, nothing done, try again" (a preset
+#: may add those its provider documents: ``config.not_acted_statuses``)
+RETRYABLE_STATUSES = DEFAULT_NOT_ACTED_STATUSES
 #: statuses that may come after the provider acted: a load balancer's 504
 #: (the backend too slow) or 502 (the backend dropped the connection after
 #: taking the request), a 500 after part of the work committed. The outcome
 #: is unknown. Even where the provider dedupes on our key the key is not
 #: freed: the effect stays unknown and is resent only while the provider's
 #: window, counted from the first attempt, still covers the resend.
-AMBIGUOUS_STATUSES = frozenset({500, 502, 504})
+AMBIGUOUS_STATUSES = DEFAULT_UNKNOWN_STATUSES
 KEEPALIVE_SECONDS = 4.0
 
 
@@ -128,8 +130,7 @@ class HttpProvider:
         headers = forwarded_headers(call.headers)
         headers[FENCE_RESOURCE] = call.resource
         headers[FENCE_TOKEN] = str(call.fence)
-        if self.config.authorization:
-            headers["Authorization"] = self.config.authorization
+        headers.update(self.config.auth_headers)
         if self.config.idempotency_header:
             headers[self.config.idempotency_header] = call.derived_key
         if self.config.signing_secret:
@@ -171,11 +172,11 @@ class HttpProvider:
         if len(body) > self.max_body_bytes:
             body = body[: self.max_body_bytes]
             headers[TRUNCATED] = "true"
-        if resp.status in RETRYABLE_STATUSES:
+        if resp.status in self.config.not_acted_statuses:
             return problem_outcome("retryable", "provider_error",
                                    f"the provider answered {resp.status}; the key is free again",
                                    f"http {resp.status}", provider_status=resp.status)
-        if resp.status in AMBIGUOUS_STATUSES:
+        if resp.status in self.config.unknown_statuses:
             code: ProblemCode = "provider_timeout" if resp.status == 504 \
                 else "provider_outcome_unknown"
             return problem_outcome("unknown", code,
