@@ -27,6 +27,11 @@ _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 _SIGV4_KEYS = {"aws_access_key_id_env", "aws_secret_access_key_env", "aws_session_token_env"}
 
 
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (an optional extra is installed)."""
+    return importlib.util.find_spec(module) is not None
+
+
 @dataclass(frozen=True)
 class AwsCredentials:
     """What SigV4 signs with (the ``ses`` preset)."""
@@ -137,7 +142,7 @@ def http_settings(r: Reader, preset: Preset) -> dict[str, Any]:
 def _http_auth(r: Reader, preset: Preset) -> dict[str, Any]:
     auth = preset.auth
     if auth.scheme == "sigv4":
-        if importlib.util.find_spec("botocore") is None:
+        if not installed("botocore"):
             raise r.error("preset", f"the {preset.name} preset signs its requests with "
                           "botocore, which is not installed: pip install 'fencegate[ses]'")
         key_id, secret, token = auth.env

@@ -1,4 +1,8 @@
-"""HTTP providers (webhooks, CRMs, payment APIs) through aiohttp.
+"""HTTP providers (webhooks, CRMs, payment APIs, email APIs) through aiohttp.
+
+``/v1/http`` requests are forwarded as they came; ``POST /v1/email`` to a
+provider with an email preset is mapped onto its API (email_apis/) and sent
+through the same session, connections and gate.
 
 Only the configured base URL is reachable: the caller's path is appended to it
 (after ``requests.provider_path`` refused escapes), redirects are handed back,
@@ -16,6 +20,7 @@ import base64
 import hashlib
 import hmac
 import time
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -28,8 +33,17 @@ from ..config import HttpProviderConfig, signing_key
 from ..deadline import Deadline
 from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from ..wire import FENCE_RESOURCE, FENCE_TOKEN, TRUNCATED, ProblemCode
-from . import gate
-from .base import HttpCall, Outcome, OutcomeKind, ProviderCall, problem_outcome, too_late
+from . import gate, http_email
+from .base import (
+    Call,
+    EmailCall,
+    HttpCall,
+    Outcome,
+    OutcomeKind,
+    ProviderCall,
+    problem_outcome,
+    too_late,
+)
 
 #: never forwarded from the caller: hop-by-hop, and the gateway's own
 DROPPED_REQUEST_HEADERS = frozenset({
@@ -126,10 +140,11 @@ class HttpProvider:
         return URL(f"{self.config.base_url}/{path}" + (f"?{query}" if query else ""),
                    encoded=True)
 
-    def headers(self, call: HttpCall) -> dict[str, str]:
-        headers = forwarded_headers(call.headers)
-        headers[FENCE_RESOURCE] = call.resource
-        headers[FENCE_TOKEN] = str(call.fence)
+    def own_headers(self, call: Call, body: bytes) -> dict[str, str]:
+        """What the gateway puts on every request to this provider: the fence,
+        the provider's authentication, the derived key under the provider's
+        idempotency header, and a Standard Webhooks signature of ``body``."""
+        headers = {FENCE_RESOURCE: call.resource, FENCE_TOKEN: str(call.fence)}
         headers.update(self.config.auth_headers)
         if self.config.idempotency_header:
             headers[self.config.idempotency_header] = call.derived_key
@@ -138,24 +153,52 @@ class HttpProvider:
             headers["webhook-id"] = call.derived_key
             headers["webhook-timestamp"] = str(ts)
             headers["webhook-signature"] = webhook_signature(
-                self.config.signing_secret, call.derived_key, ts, call.body)
+                self.config.signing_secret, call.derived_key, ts, body)
+        return headers
+
+    def headers(self, call: HttpCall) -> dict[str, str]:
+        headers = forwarded_headers(call.headers)
+        headers.update(self.own_headers(call, call.body))
         return headers
 
     async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
         assert self._session is not None, "provider not started"
-        assert isinstance(call, HttpCall), "an HTTP provider forwards HTTP requests"
         if not deadline.can_start():
             return too_late(self.config.name)
+        if isinstance(call, EmailCall):
+            return await self._send_email(call, deadline)
+        return await self._exchange(call.method, self.url(call.path, call.query),
+                                    self.headers(call), call.body, deadline, self._outcome)
+
+    async def _send_email(self, call: EmailCall, deadline: Deadline) -> Outcome:
+        """``POST /v1/email`` through the preset's email API (email_apis/)."""
+        api = http_email.api_of(self.config)
+        request = await api.build(call, self.config)
+        url = self.url(request.path, "")
+        headers = {**request.headers, "Content-Type": request.content_type,
+                   **self.own_headers(call, request.body)}
+        if api.sign is not None:  # last: the signature covers every header above
+            headers = api.sign(self.config, request.method, str(url), headers, request.body)
+
+        def judge(resp: aiohttp.ClientResponse, body: bytes) -> Outcome:
+            return http_email.judge(self.config, call, resp.status, resp.headers, body)
+
+        return await self._exchange(request.method, url, headers, request.body, deadline, judge)
+
+    async def _exchange(self, method: str, url: URL, headers: dict[str, str], body: bytes,
+                        deadline: Deadline,
+                        judge: Callable[[aiohttp.ClientResponse, bytes], Outcome]) -> Outcome:
+        """One request on the wire, every write through the attempt's gate."""
+        assert self._session is not None, "provider not started"
         writes = gate.WriteGate(deadline)
         token = gate.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 async with self._session.request(
-                    call.method, self.url(call.path, call.query), data=call.body or None,
-                    headers=self.headers(call), allow_redirects=False,
+                    method, url, data=body or None, headers=headers, allow_redirects=False,
                 ) as resp:
-                    body = await read_limited(resp.content, self.max_body_bytes)
-                    return self._outcome(resp, body)
+                    answer = await read_limited(resp.content, self.max_body_bytes)
+                    return judge(resp, answer)
         except (gate.GateClosed, aiohttp.ClientError, TimeoutError) as e:
             if writes.closed:  # the deadline passed before (some of) the request left
                 return too_late(self.config.name, "the request to be written") \
