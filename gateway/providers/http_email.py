@@ -31,13 +31,17 @@ def api_of(config: HttpProviderConfig) -> EmailApi:
 
 
 def _parsed(body: bytes) -> Any:
-    """The answer's JSON, or its text: bounded either way."""
+    """The answer's JSON, if it is JSON (None otherwise)."""
     try:
-        value = json.loads(body) if body else None
+        return json.loads(body) if body else None
     except (ValueError, UnicodeDecodeError):
-        value = None
-    if value is not None and len(body) <= ANSWER_EXCERPT:
-        return value
+        return None
+
+
+def _excerpt(body: bytes, parsed: Any) -> Any:
+    """What of the answer goes into ours: its JSON, or its text, bounded."""
+    if parsed is not None and len(body) <= ANSWER_EXCERPT:
+        return parsed
     return body[:ANSWER_EXCERPT].decode("utf-8", "replace")
 
 
@@ -45,7 +49,8 @@ def judge(config: HttpProviderConfig, call: EmailCall, status: int,
           headers: Mapping[str, str], body: bytes) -> Outcome:
     """The effect's outcome from the API's answer."""
     name = config.name
-    answer = _parsed(body)
+    parsed = _parsed(body)
+    answer = _excerpt(body, parsed)
     summary = f"email api {status}"
     if status in config.not_acted_statuses:
         return problem_outcome("retryable", "provider_error",
@@ -64,7 +69,7 @@ def judge(config: HttpProviderConfig, call: EmailCall, status: int,
                                summary, provider_status=status, provider_answer=answer)
     sent = {"status": "sent", "message_id": message_id(call.client, call.key),
             "provider": name,
-            "provider_message_id": api_of(config).message_id(headers, answer),
+            "provider_message_id": api_of(config).message_id(headers, parsed),
             "provider_response": {"status": status, "body": answer}}
     return Outcome("succeeded", 200, json.dumps(sent).encode(),
                    {"Content-Type": "application/json"}, summary)
