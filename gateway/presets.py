@@ -39,8 +39,8 @@ class Auth:
     - ``bearer``: ``Authorization: Bearer <secret>``
     - ``header``: ``<header>: <secret>`` (Postmark's server token)
     - ``basic``: ``Authorization: Basic base64(<username>:<secret>)`` (Mailgun)
-    - ``sigv4``: AWS Signature Version 4 over every request (``env``: key id,
-      secret key, session token, the last optional)
+    - ``sigv4``: AWS Signature Version 4 over every request, for ``service``
+      (``env``: key id, secret key, session token, the last optional)
     - ``smtp``: SMTP AUTH as ``username`` with the secret as password
     """
 
@@ -48,6 +48,7 @@ class Auth:
     env: tuple[str, ...]
     header: str = "Authorization"
     username: str = ""
+    service: str = ""  #: sigv4: the name requests are signed for
 
 
 @dataclass(frozen=True)
@@ -206,8 +207,9 @@ MAILGUN = Preset(
 SES = Preset(
     name="ses", title="Amazon SES (API v2)", kind="http",
     base_url="https://email.{region}.amazonaws.com", email_api="ses",
+    # "ses" is the signing name of botocore's sesv2 model (its endpoint prefix is "email")
     auth=Auth("sigv4", env=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                            "AWS_SESSION_TOKEN")),
+                            "AWS_SESSION_TOKEN"), service="ses"),
     idempotency=Idempotency(),
     # SendEmail's documented 400s all say the message "can't be sent"
     # (MessageRejected, AccountSuspended, SendingPaused, MailFromDomainNotVerified,

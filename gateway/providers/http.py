@@ -33,7 +33,7 @@ from ..config import HttpProviderConfig, signing_key
 from ..deadline import Deadline
 from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from ..wire import FENCE_RESOURCE, FENCE_TOKEN, TRUNCATED, ProblemCode
-from . import gate, http_email
+from . import gate, http_email, sigv4
 from .base import (
     Call,
     EmailCall,
@@ -167,18 +167,27 @@ class HttpProvider:
             return too_late(self.config.name)
         if isinstance(call, EmailCall):
             return await self._send_email(call, deadline)
-        return await self._exchange(call.method, self.url(call.path, call.query),
-                                    self.headers(call), call.body, deadline, self._outcome)
+        url = self.url(call.path, call.query)
+        return await self._exchange(call.method, url, self._signed(call.method, url,
+                                                                   self.headers(call), call.body),
+                                    call.body, deadline, self._outcome)
+
+    def _signed(self, method: str, url: URL, headers: dict[str, str],
+                body: bytes) -> dict[str, str]:
+        """The headers, signed last (AWS SigV4) when the preset signs requests."""
+        preset = self.config.preset
+        if preset is None or preset.auth.scheme != "sigv4":
+            return headers
+        return sigv4.sign(self.config, method, str(url), headers, body)
 
     async def _send_email(self, call: EmailCall, deadline: Deadline) -> Outcome:
         """``POST /v1/email`` through the preset's email API (email_apis/)."""
         api = http_email.api_of(self.config)
         request = await api.build(call, self.config)
         url = self.url(request.path, "")
-        headers = {**request.headers, "Content-Type": request.content_type,
-                   **self.own_headers(call, request.body)}
-        if api.sign is not None:  # last: the signature covers every header above
-            headers = api.sign(self.config, request.method, str(url), headers, request.body)
+        headers = self._signed(request.method, url, {
+            **request.headers, "Content-Type": request.content_type,
+            **self.own_headers(call, request.body)}, request.body)
 
         def judge(resp: aiohttp.ClientResponse, body: bytes) -> Outcome:
             return http_email.judge(self.config, call, resp.status, resp.headers, body)

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway import idempotency
 from gateway.dev.sinks import SmtpSink
-from tests.integration.conftest import PROVIDER_TIMEOUT, Gw, preset_provider
+from tests.integration.conftest import PROVIDER_TIMEOUT, SIGNING_SECRET, Gw, preset_provider
 from tests.support.fake_providers import FakeHubSpot, FakeProvider, FakeResend
 
 MakeGw = Callable[..., Awaitable[Gw]]
@@ -69,6 +69,40 @@ async def test_resends_own_api_through_http_carries_its_idempotency_key(
     assert fake.sent[0].request_header("Idempotency-Key") == \
         idempotency.derived_key("agents", "raw-1")
     assert fake.sent[0].request_header("Authorization") == f"Bearer {FakeResend.secret}"
+
+
+async def test_an_email_api_request_is_signed_the_standard_webhooks_way(
+        make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
+    from standardwebhooks import Webhook
+
+    gw = await make_gw(providers={"resend": preset_provider(
+        "resend", fakes["resend"], signing_secret_env="FENCEGATE_TEST_SIGNING_SECRET")})
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, _ = await gw.email(lease, "signed-1", body={"provider": "resend"})
+    assert status == 200
+    sent = fakes["resend"].sent[0]
+    headers = {k.lower(): v for k, v in sent.request_headers.items()}
+    assert headers["webhook-id"] == idempotency.derived_key("agents", "signed-1")
+    assert Webhook(SIGNING_SECRET).verify(sent.request_body, headers)["subject"] == "Hello"
+
+
+async def test_ses_through_http_is_signed_too(
+        make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
+    """Any request to the ses preset is SigV4-signed after every other header,
+    the caller's forwarded ones included; the fake checks the signature."""
+    gw = await make_gw(providers={"ses": preset_provider("ses", fakes["ses"])})
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    raw = b"From: a@example.com\r\nTo: b@example.com\r\nSubject: raw\r\n\r\nhi\r\n"
+    status, _, body = await gw.post(
+        "/v1/http/ses/v2/email/outbound-emails",
+        {**gw.headers(lease, "ses-raw-1"), "X-Caller-Header": "kept"},
+        json={"Destination": {"ToAddresses": ["b@example.com"]},
+              "Content": {"Raw": {"Data": base64.b64encode(raw).decode()}}})
+    assert status == 200 and body["MessageId"] == fakes["ses"].sent[0].id, body
+    signed = fakes["ses"].sent[0].request_header("Authorization") or ""
+    assert "x-caller-header" in signed and "fence-token" in signed
 
 
 async def test_the_smtp_relay_preset_sends_attachments_to_a_relay(

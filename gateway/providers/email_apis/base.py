@@ -26,15 +26,10 @@ class ApiRequest:
 
 #: the provider's message id, from its answer's headers and (parsed) body
 MessageIdOf = Callable[[Mapping[str, str], Any], str | None]
-#: the request's headers once signed (AWS SigV4): method, URL, headers, body
-Signer = Callable[[HttpProviderConfig, str, str, dict[str, str], bytes], dict[str, str]]
-
-
 @dataclass(frozen=True)
 class EmailApi:
     build: Callable[[EmailCall, HttpProviderConfig], Awaitable[ApiRequest]]
     message_id: MessageIdOf
-    sign: Signer | None = None
 
 
 def json_body(value: Any) -> bytes:

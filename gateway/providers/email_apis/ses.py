@@ -2,10 +2,9 @@
 message (https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_SendEmail.html).
 
 The message is the one SMTP would send (``mime.build_message``: headers,
-parts, attachments); ``Destination`` is the envelope, Bcc included. Every
-request is signed with AWS Signature Version 4 by botocore (the
-``fencegate[ses]`` extra), never by our own code. The answer carries
-``MessageId``.
+parts, attachments); ``Destination`` is the envelope, Bcc included. The
+request is signed like every request to the ``ses`` preset (providers/sigv4.py).
+The answer carries ``MessageId``.
 """
 
 from __future__ import annotations
@@ -17,9 +16,6 @@ from ...config import HttpProviderConfig
 from ..base import EmailCall
 from ..mime import build_message
 from .base import ApiRequest, EmailApi, bare, field_of, json_body
-
-#: the name SES signs under (botocore's sesv2 model: ``signingName``)
-SIGNING_NAME = "ses"
 
 
 async def build(call: EmailCall, config: HttpProviderConfig) -> ApiRequest:
@@ -35,22 +31,4 @@ async def build(call: EmailCall, config: HttpProviderConfig) -> ApiRequest:
     return ApiRequest("v2/email/outbound-emails", json_body(body), "application/json")
 
 
-def sign(config: HttpProviderConfig, method: str, url: str, headers: dict[str, str],
-         body: bytes) -> dict[str, str]:
-    """``headers`` with SigV4's ``Authorization``, ``X-Amz-Date`` (and
-    ``X-Amz-Security-Token``) added, over exactly this method, URL, headers
-    and body."""
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
-    assert config.aws is not None and config.region is not None, "the ses preset's settings"
-    request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
-    credentials = Credentials(config.aws.access_key_id, config.aws.secret_access_key,
-                              config.aws.session_token)
-    SigV4Auth(credentials, SIGNING_NAME, config.region).add_auth(request)
-    return dict(request.headers.items())
-
-
-API = EmailApi(build=build, message_id=lambda headers, body: field_of(body, "MessageId"),
-               sign=sign)
+API = EmailApi(build=build, message_id=lambda headers, body: field_of(body, "MessageId"))

@@ -37,8 +37,9 @@ class Sent:
     headers: dict[str, str] = field(default_factory=dict)
     #: (filename, content type, bytes)
     attachments: list[tuple[str, str, bytes]] = field(default_factory=list)
-    #: the HTTP request's headers, as they arrived
+    #: the HTTP request's headers and body, as they arrived
     request_headers: dict[str, str] = field(default_factory=dict)
+    request_body: bytes = b""
 
     def header(self, name: str) -> str | None:
         return _get(self.headers, name)

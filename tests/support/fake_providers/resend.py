@@ -78,7 +78,7 @@ class FakeResend(FakeProvider):
             html=body.get("html"), headers=dict(body.get("headers") or {}),
             attachments=[(a["filename"], a.get("content_type", ""),
                           base64.b64decode(a["content"])) for a in body.get("attachments", [])],
-            request_headers=dict(request.headers))
+            request_headers=dict(request.headers), request_body=payload)
         try:
             return await self.respond(sent, lambda: json_answer(answer, 200, PACE))
         finally:
