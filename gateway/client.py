@@ -186,12 +186,14 @@ class GatewayClient:
                          html: str | None = None, cc: list[str] | None = None,
                          bcc: list[str] | None = None, reply_to: str | None = None,
                          headers: dict[str, str] | None = None,
-                         provider: str | None = None) -> Result:
-        """Send one email under ``lease``, named ``idempotency_key``."""
+                         provider: str | None = None,
+                         attachments: list[dict[str, str]] | None = None) -> Result:
+        """Send one email under ``lease``, named ``idempotency_key``.
+        ``attachments``: ``{"filename", "content" (base64), "content_type"?}``."""
         body: dict[str, Any] = {"from": sender, "to": to, "subject": subject}
         for name, value in (("text", text), ("html", html), ("cc", cc), ("bcc", bcc),
                             ("reply_to", reply_to), ("headers", headers),
-                            ("provider", provider)):
+                            ("provider", provider), ("attachments", attachments)):
             if value is not None:
                 body[name] = value
         return await self._send(lease, idempotency_key, "POST", "/v1/email", json=body)

@@ -6,15 +6,25 @@ Every error names the file and the key that is wrong.
 from __future__ import annotations
 
 import base64
-import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from . import config_presets
+from .config_presets import AwsCredentials
+from .config_reader import Reader as _Reader
 from .errors import ConfigError
+from .presets import (
+    DEFAULT_NOT_ACTED_STATUSES,
+    DEFAULT_PACE,
+    DEFAULT_UNKNOWN_STATUSES,
+    Pace,
+    Preset,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -35,7 +45,6 @@ REQUESTS_PER_CONNECTION = 8
 DEFAULT_SMTP_POOL_SIZE = 4
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -88,6 +97,8 @@ class _ProviderCommon:
     rate_limit_per_second: float = DEFAULT_RATE_LIMIT_PER_SECOND
     idempotency_header: str = ""
     idempotency_window_seconds: float = 0.0
+    #: the preset the provider was configured from (gateway/presets.py), if any
+    preset: Preset | None = None
 
     @property
     def retry_window_seconds(self) -> float:
@@ -107,14 +118,36 @@ class SmtpProviderConfig(_ProviderCommon):
     #: PEM bundle to verify the SMTP server's certificate (default: the system's)
     ca_file: str | None = None
 
+    @property
+    def serves_email(self) -> bool:
+        return True
+
 
 @dataclass(frozen=True)
 class HttpProviderConfig(_ProviderCommon):
     kind: Literal["http"] = "http"
     base_url: str = ""
     signing_secret: str | None = field(default=None, repr=False)
-    #: sent as the Authorization header (the caller's own never is)
-    authorization: str | None = field(default=None, repr=False)
+    #: sent on every request (the caller's Authorization never is):
+    #: ``authorization_env``, or a preset's authentication
+    auth_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: statuses after which the key is freed: the provider certainly did not act
+    not_acted_statuses: frozenset[int] = DEFAULT_NOT_ACTED_STATUSES
+    #: statuses after which the outcome is unknown (the provider may have acted)
+    unknown_statuses: frozenset[int] = DEFAULT_UNKNOWN_STATUSES
+    #: the headers the provider paces its callers with
+    pace: Pace = DEFAULT_PACE
+    #: ``POST /v1/email`` may name this provider (a preset with an email API)
+    email: bool = False
+    #: the ``ses`` preset: the AWS region and the credentials it signs with
+    region: str | None = None
+    aws: AwsCredentials | None = None
+    #: the ``mailgun`` preset: the sending domain
+    domain: str | None = None
+
+    @property
+    def serves_email(self) -> bool:
+        return self.email
 
 
 #: one provider's settings: a tagged union on ``kind``
@@ -139,63 +172,10 @@ class Config:
 
     @property
     def default_email_provider(self) -> str | None:
-        smtp = [p.name for p in self.providers.values() if isinstance(p, SmtpProviderConfig)]
-        return smtp[0] if len(smtp) == 1 else None
-
-
-class _Reader:
-    """Typed access to one TOML table, with errors that name file and key."""
-
-    def __init__(self, source: str, prefix: str, table: Any) -> None:
-        self.source, self.prefix = source, prefix
-        if not isinstance(table, dict):
-            raise self.error("", "must be a table")
-        self.table: dict[str, Any] = table
-
-    def error(self, key: str, message: str) -> ConfigError:
-        where = ".".join(p for p in (self.prefix, key) if p)
-        return ConfigError(f"{self.source}: {where}: {message}")
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None,
-            required: bool = False) -> Any:
-        if key not in self.table:
-            if required:
-                raise self.error(key, "is required")
-            return default
-        value = self.table[key]
-        if isinstance(value, bool) and kind is not bool:
-            raise self.error(key, f"must be {_kind_name(kind)}")
-        if not isinstance(value, kind):
-            raise self.error(key, f"must be {_kind_name(kind)}")
-        return value
-
-    def number(self, key: str, default: float, low: float, high: float) -> float:
-        value = float(self.get(key, (int, float), default))
-        if not low <= value <= high:
-            raise self.error(key, f"must be between {low:g} and {high:g}")
-        return value
-
-    def secret(self, key: str) -> str | None:
-        """The value of the environment variable named by ``key``, if set in the file."""
-        env = self.get(key, str)
-        if env is None or env == "":
-            return None
-        value = os.environ.get(env)
-        if value is None:
-            raise self.error(key, f"names the environment variable {env}, which is not set")
-        return value
-
-    def check_unknown(self, known: set[str]) -> None:
-        for key in self.table:
-            if key not in known:
-                raise self.error(key, "is not a known key")
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-             list: "a list", dict: "a table"}
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
+        """The provider ``POST /v1/email`` uses when the body names none: the
+        only one that sends email (SMTP, or an HTTP email preset)."""
+        email = [p.name for p in self.providers.values() if p.serves_email]
+        return email[0] if len(email) == 1 else None
 
 
 def _server(source: str, raw: Any) -> ServerConfig:
@@ -272,11 +252,11 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
     kind = r.get("kind", str, required=True)
     if kind not in ("smtp", "http"):
         raise r.error("kind", 'must be "smtp" or "http"')
-    r.check_unknown(_COMMON | (_SMTP if kind == "smtp" else _HTTP))
-    header = r.get("idempotency_header", str,
-                   DEFAULT_HTTP_IDEMPOTENCY_HEADER if kind == "http" else "")
-    if header and not _HEADER_NAME.fullmatch(header):
-        raise r.error("idempotency_header", "must be a header name (A-Z a-z 0-9 -)")
+    preset = config_presets.preset_of(r, kind)
+    r.check_unknown(_COMMON | (_SMTP if kind == "smtp" else _HTTP)
+                    | config_presets.preset_keys(preset))
+    header, window = config_presets.idempotency(r, kind, preset,
+                                                DEFAULT_HTTP_IDEMPOTENCY_HEADER)
     common: dict[str, Any] = {
         "name": name,
         "timeout_seconds": r.number("timeout_seconds", DEFAULT_TIMEOUT_SECONDS, 0.01, 3600),
@@ -284,11 +264,21 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
             "rate_limit_per_second", DEFAULT_RATE_LIMIT_PER_SECOND, 0.001, 1e6
         ),
         "idempotency_header": header,
-        "idempotency_window_seconds": r.number("idempotency_window_seconds", 0, 0, 366 * 86400),
+        "idempotency_window_seconds": window,
     }
     if kind == "smtp":
-        return _smtp(r, common)
-    base_url = r.get("base_url", str, required=True)
+        return _smtp(r, common, preset)
+    return _http(r, common, preset)
+
+
+def _http(r: _Reader, common: dict[str, Any], preset: Preset | None) -> HttpProviderConfig:
+    settings: dict[str, Any] = {}
+    if preset is not None:
+        settings = config_presets.http_settings(r, preset)
+    else:
+        authorization = r.secret("authorization_env")
+        settings["auth_headers"] = {"Authorization": authorization} if authorization else {}
+    base_url = settings.pop("base_url", None) or r.get("base_url", str, required=True)
     parts = urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise r.error("base_url", "must be an absolute http:// or https:// URL")
@@ -303,22 +293,26 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
                           "without the whsec_ prefix), as Standard Webhooks secrets are") \
                 from None
     return HttpProviderConfig(**common, base_url=base_url.rstrip("/"), signing_secret=secret,
-                              authorization=r.secret("authorization_env"))
+                              **settings)
 
 
-def _smtp(r: _Reader, common: dict[str, Any]) -> SmtpProviderConfig:
-    tls = r.get("tls", str, "none")
+def _smtp(r: _Reader, common: dict[str, Any], preset: Preset | None) -> SmtpProviderConfig:
+    filled = config_presets.smtp_settings(r, preset) if preset is not None else {}
+    tls = r.get("tls", str, filled.get("tls", "none"))
     if tls not in ("none", "starttls", "tls"):
         raise r.error("tls", 'must be "none", "starttls" or "tls"')
-    username, password = r.secret("username_env"), r.secret("password_env")
+    username = filled.get("username") or r.secret("username_env")
+    password = filled.get("password") or r.secret("password_env")
     if tls == "none" and (username or password) and not r.get("allow_plaintext_auth", bool):
         raise r.error("tls", '"none" would send the SMTP password in clear text: use '
                       '"starttls" or "tls", or set allow_plaintext_auth = true (a relay on '
                       "loopback)")
+    default_port = filled.get("port") or (465 if tls == "tls" else 25)
     return SmtpProviderConfig(
         **common,
-        host=r.get("host", str, required=True),
-        port=int(r.number("port", 465 if tls == "tls" else 25, 1, 65535)),
+        preset=preset,
+        host=r.get("host", str, filled.get("host"), required="host" not in filled),
+        port=int(r.number("port", default_port, 1, 65535)),
         tls=tls,
         username=username,
         password=password,

@@ -5,6 +5,9 @@ Every failure is a ``Problem("bad_request")`` whose detail names the field.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import mimetypes
 import re
 from dataclasses import dataclass
 from email.utils import parseaddr
@@ -25,6 +28,11 @@ _MAILBOX = re.compile(r'(?:[^<>"\\]*?\s*<(?P<addr>[^<>\s]+)>|(?P<bare>[^<>\s]+))
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 MAX_RECIPIENTS = 100
 MAX_SUBJECT = 998
+MAX_ATTACHMENTS = 50
+MAX_FILENAME = 255
+#: type/subtype as RFC 6838 names them, without parameters
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/"
+                         r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
 #: headers an email's "headers" field may not set: the gateway owns them
 RESERVED_EMAIL_HEADERS = frozenset({
@@ -99,6 +107,19 @@ def address_list(field: str, value: Any, required: bool) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """One attached file: its name, its media type, and its bytes."""
+
+    filename: str
+    content_type: str
+    content: bytes
+
+    @property
+    def base64(self) -> str:
+        return base64.b64encode(self.content).decode("ascii")
+
+
+@dataclass(frozen=True)
 class EmailRequest:
     provider: str | None
     sender: str
@@ -110,6 +131,7 @@ class EmailRequest:
     text: str | None
     html: str | None
     headers: dict[str, str]
+    attachments: tuple[Attachment, ...] = ()
 
     @property
     def recipients(self) -> list[str]:
@@ -131,8 +153,48 @@ def extra_headers(extra: Any) -> dict[str, str]:
     return dict(extra)
 
 
+def attachment(field: str, value: Any) -> Attachment:
+    """One entry of ``attachments``: ``{"filename", "content" (base64),
+    "content_type"?}``. The whole body is already within ``max_body_bytes``."""
+    if not isinstance(value, dict):
+        raise bad(field, "must be an object with filename and content")
+    for key in value:
+        if key not in ("filename", "content", "content_type"):
+            raise bad(f"{field}.{str(key)[:64]}", "is not a known field")
+    filename = value.get("filename")
+    if not isinstance(filename, str) or not 0 < len(filename) <= MAX_FILENAME:
+        raise bad(f"{field}.filename", f"must be 1 to {MAX_FILENAME} characters")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in filename) \
+            or any(ch in filename for ch in '/\\"'):
+        raise bad(f"{field}.filename", "must not contain control characters, quotes or "
+                  "path separators")
+    content = value.get("content")
+    if not isinstance(content, str):
+        raise bad(f"{field}.content", "is required: the file's bytes in base64")
+    try:
+        data = base64.b64decode(content, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad(f"{field}.content", "must be base64 (RFC 4648, no line breaks)") from None
+    content_type = value.get("content_type")
+    if content_type is None:
+        content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    elif not isinstance(content_type, str) or not _MEDIA_TYPE.fullmatch(content_type):
+        raise bad(f"{field}.content_type", "must be a media type such as application/pdf")
+    return Attachment(filename, content_type.lower(), data)
+
+
+def attachment_list(value: Any) -> tuple[Attachment, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise bad("attachments", "must be a list of attachments")
+    if len(value) > MAX_ATTACHMENTS:
+        raise bad("attachments", f"at most {MAX_ATTACHMENTS} attachments")
+    return tuple(attachment(f"attachments[{i}]", v) for i, v in enumerate(value))
+
+
 _EMAIL_FIELDS = {"provider", "from", "to", "cc", "bcc", "reply_to", "subject", "text", "html",
-                 "headers"}
+                 "headers", "attachments"}
 
 
 def email_request(body: Any) -> EmailRequest:
@@ -170,6 +232,7 @@ def email_request(body: Any) -> EmailRequest:
         text=text,
         html=html,
         headers=extra,
+        attachments=attachment_list(body.get("attachments")),
     )
 
 

@@ -88,16 +88,27 @@ async def read_json(request: web.Request) -> Any:
         raise requests.bad("body", "must be valid JSON") from None
 
 
-def provider_named(gw: Gateway, name: str | None, kind: Literal["smtp", "http"]) -> Provider:
-    if name is None:
-        default = gw.config.default_email_provider if kind == "smtp" else None
-        if default is None:
-            raise requests.bad("provider", "is required: more than one email provider is "
-                               "configured" if kind == "smtp" else "is required")
-        name = default
+def provider_named(gw: Gateway, name: str, kind: Literal["smtp", "http"]) -> Provider:
     provider = gw.providers.get(name)
     if provider is None or provider.config.kind != kind:
         raise requests.bad("provider", f"{name[:64]!r} is not a configured {kind} provider")
+    return provider
+
+
+def email_provider(gw: Gateway, name: str | None) -> Provider:
+    """The provider of ``POST /v1/email``: the one the body names, else the
+    only one that sends email (SMTP, or an HTTP provider with an email preset)."""
+    if name is None:
+        name = gw.config.default_email_provider
+        if name is None:
+            raise requests.bad("provider", "is required: more than one email provider is "
+                               "configured" if any(p.config.serves_email
+                                                   for p in gw.providers.values())
+                               else "is required: no email provider is configured")
+    provider = gw.providers.get(name)
+    if provider is None or not provider.config.serves_email:
+        raise requests.bad("provider", f"{name[:64]!r} is not a configured email provider "
+                           "(an smtp provider, or an http one with an email preset)")
     return provider
 
 
@@ -119,7 +130,7 @@ async def send_email(request: web.Request) -> web.StreamResponse:
     except (ValueError, UnicodeDecodeError):
         raise requests.bad("body", "must be valid UTF-8 JSON") from None
     email = requests.email_request(body)
-    provider = provider_named(gw, email.provider, "smtp")
+    provider = email_provider(gw, email.provider)
     effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
     return await effects.run(gw, effect)
 
@@ -338,6 +349,15 @@ _EMAIL_SCHEMA = {
         "reply_to": {"type": "string"}, "subject": {"type": "string"},
         "text": {"type": "string"}, "html": {"type": "string"},
         "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        "attachments": {"type": "array", "maxItems": requests.MAX_ATTACHMENTS, "items": {
+            "type": "object", "required": ["filename", "content"],
+            "additionalProperties": False,
+            "properties": {
+                "filename": {"type": "string", "minLength": 1,
+                             "maxLength": requests.MAX_FILENAME},
+                "content": {"type": "string", "contentEncoding": "base64"},
+                "content_type": {"type": "string"},
+            }}},
     },
 }
 _RESOURCE = {"type": "string", "pattern": "^[A-Za-z0-9._:/@-]{1,200}$"}
@@ -370,7 +390,8 @@ _BODY_ANSWERS = {400: "bad_request", 401: "unauthenticated", 403: "forbidden_res
 _READ_ANSWERS = {401: "unauthenticated", 500: "internal_error", 503: "unavailable"}
 
 ROUTES: tuple[Route, ...] = (
-    Route("POST", "/v1/email", send_email, "Send one email through an SMTP provider",
+    Route("POST", "/v1/email", send_email,
+          "Send one email through an email provider (SMTP or an HTTP email API)",
           effect=True, body=_EMAIL_SCHEMA, answers=_EFFECT_ANSWERS, result=schemas.EMAIL_SENT),
     *(Route(m, "/v1/http/{provider}/{path:.*}", proxy_http,
             f"Forward a {m} request to a configured HTTP provider", effect=True,

@@ -1,4 +1,8 @@
-"""HTTP providers (webhooks, CRMs, payment APIs) through aiohttp.
+"""HTTP providers (webhooks, CRMs, payment APIs, email APIs) through aiohttp.
+
+``/v1/http`` requests are forwarded as they came; ``POST /v1/email`` to a
+provider with an email preset is mapped onto its API (email_apis/) and sent
+through the same session, connections and gate.
 
 Only the configured base URL is reachable: the caller's path is appended to it
 (after ``requests.provider_path`` refused escapes), redirects are handed back,
@@ -16,6 +20,7 @@ import base64
 import hashlib
 import hmac
 import time
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -26,9 +31,19 @@ from yarl import URL
 from ..bodies import read_limited
 from ..config import HttpProviderConfig, signing_key
 from ..deadline import Deadline
+from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from ..wire import FENCE_RESOURCE, FENCE_TOKEN, TRUNCATED, ProblemCode
-from . import gate
-from .base import HttpCall, Outcome, OutcomeKind, ProviderCall, problem_outcome, too_late
+from . import gate, http_email, sigv4
+from .base import (
+    Call,
+    EmailCall,
+    HttpCall,
+    Outcome,
+    OutcomeKind,
+    ProviderCall,
+    problem_outcome,
+    too_late,
+)
 
 #: never forwarded from the caller: hop-by-hop, and the gateway's own
 DROPPED_REQUEST_HEADERS = frozenset({
@@ -41,15 +56,16 @@ DROPPED_REQUEST_HEADERS = frozenset({
 #: the provider's answer headers handed back (content headers)
 KEPT_RESPONSE_HEADERS = ("Content-Type", "Content-Language", "Content-Disposition", "ETag",
                          "Last-Modified", "Location", "Cache-Control")
-#: provider statuses that mean "failed, nothing done, try again"
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 503})
+#: provider statuses that mean "failed, nothing done, try again" (a preset
+#: may add those its provider documents: ``config.not_acted_statuses``)
+RETRYABLE_STATUSES = DEFAULT_NOT_ACTED_STATUSES
 #: statuses that may come after the provider acted: a load balancer's 504
 #: (the backend too slow) or 502 (the backend dropped the connection after
 #: taking the request), a 500 after part of the work committed. The outcome
 #: is unknown. Even where the provider dedupes on our key the key is not
 #: freed: the effect stays unknown and is resent only while the provider's
 #: window, counted from the first attempt, still covers the resend.
-AMBIGUOUS_STATUSES = frozenset({500, 502, 504})
+AMBIGUOUS_STATUSES = DEFAULT_UNKNOWN_STATUSES
 KEEPALIVE_SECONDS = 4.0
 
 
@@ -124,12 +140,12 @@ class HttpProvider:
         return URL(f"{self.config.base_url}/{path}" + (f"?{query}" if query else ""),
                    encoded=True)
 
-    def headers(self, call: HttpCall) -> dict[str, str]:
-        headers = forwarded_headers(call.headers)
-        headers[FENCE_RESOURCE] = call.resource
-        headers[FENCE_TOKEN] = str(call.fence)
-        if self.config.authorization:
-            headers["Authorization"] = self.config.authorization
+    def own_headers(self, call: Call, body: bytes) -> dict[str, str]:
+        """What the gateway puts on every request to this provider: the fence,
+        the provider's authentication, the derived key under the provider's
+        idempotency header, and a Standard Webhooks signature of ``body``."""
+        headers = {FENCE_RESOURCE: call.resource, FENCE_TOKEN: str(call.fence)}
+        headers.update(self.config.auth_headers)
         if self.config.idempotency_header:
             headers[self.config.idempotency_header] = call.derived_key
         if self.config.signing_secret:
@@ -137,24 +153,61 @@ class HttpProvider:
             headers["webhook-id"] = call.derived_key
             headers["webhook-timestamp"] = str(ts)
             headers["webhook-signature"] = webhook_signature(
-                self.config.signing_secret, call.derived_key, ts, call.body)
+                self.config.signing_secret, call.derived_key, ts, body)
+        return headers
+
+    def headers(self, call: HttpCall) -> dict[str, str]:
+        headers = forwarded_headers(call.headers)
+        headers.update(self.own_headers(call, call.body))
         return headers
 
     async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
         assert self._session is not None, "provider not started"
-        assert isinstance(call, HttpCall), "an HTTP provider forwards HTTP requests"
         if not deadline.can_start():
             return too_late(self.config.name)
+        if isinstance(call, EmailCall):
+            return await self._send_email(call, deadline)
+        url = self.url(call.path, call.query)
+        return await self._exchange(call.method, url, self._signed(call.method, url,
+                                                                   self.headers(call), call.body),
+                                    call.body, deadline, self._outcome)
+
+    def _signed(self, method: str, url: URL, headers: dict[str, str],
+                body: bytes) -> dict[str, str]:
+        """The headers, signed last (AWS SigV4) when the preset signs requests."""
+        preset = self.config.preset
+        if preset is None or preset.auth.scheme != "sigv4":
+            return headers
+        return sigv4.sign(self.config, method, str(url), headers, body)
+
+    async def _send_email(self, call: EmailCall, deadline: Deadline) -> Outcome:
+        """``POST /v1/email`` through the preset's email API (email_apis/)."""
+        api = http_email.api_of(self.config)
+        request = await api.build(call, self.config)
+        url = self.url(request.path, "")
+        headers = self._signed(request.method, url, {
+            **request.headers, "Content-Type": request.content_type,
+            **self.own_headers(call, request.body)}, request.body)
+
+        def judge(resp: aiohttp.ClientResponse, body: bytes) -> Outcome:
+            return http_email.judge(self.config, call, resp.status, resp.headers, body)
+
+        return await self._exchange(request.method, url, headers, request.body, deadline, judge)
+
+    async def _exchange(self, method: str, url: URL, headers: dict[str, str], body: bytes,
+                        deadline: Deadline,
+                        judge: Callable[[aiohttp.ClientResponse, bytes], Outcome]) -> Outcome:
+        """One request on the wire, every write through the attempt's gate."""
+        assert self._session is not None, "provider not started"
         writes = gate.WriteGate(deadline)
         token = gate.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 async with self._session.request(
-                    call.method, self.url(call.path, call.query), data=call.body or None,
-                    headers=self.headers(call), allow_redirects=False,
+                    method, url, data=body or None, headers=headers, allow_redirects=False,
                 ) as resp:
-                    body = await read_limited(resp.content, self.max_body_bytes)
-                    return self._outcome(resp, body)
+                    answer = await read_limited(resp.content, self.max_body_bytes)
+                    return judge(resp, answer)
         except (gate.GateClosed, aiohttp.ClientError, TimeoutError) as e:
             if writes.closed:  # the deadline passed before (some of) the request left
                 return too_late(self.config.name, "the request to be written") \
@@ -171,11 +224,11 @@ class HttpProvider:
         if len(body) > self.max_body_bytes:
             body = body[: self.max_body_bytes]
             headers[TRUNCATED] = "true"
-        if resp.status in RETRYABLE_STATUSES:
+        if resp.status in self.config.not_acted_statuses:
             return problem_outcome("retryable", "provider_error",
                                    f"the provider answered {resp.status}; the key is free again",
                                    f"http {resp.status}", provider_status=resp.status)
-        if resp.status in AMBIGUOUS_STATUSES:
+        if resp.status in self.config.unknown_statuses:
             code: ProblemCode = "provider_timeout" if resp.status == 504 \
                 else "provider_outcome_unknown"
             return problem_outcome("unknown", code,

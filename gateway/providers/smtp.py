@@ -11,18 +11,19 @@ import asyncio
 import contextlib
 import json
 import logging
-from email.message import EmailMessage
-from email.policy import SMTP as SMTP_POLICY
-from email.utils import formatdate, parseaddr
+import re
+from email.utils import parseaddr
 
 import aiosmtplib
 
 from ..config import SmtpProviderConfig
 from ..deadline import SEND_MARGIN_SECONDS, Deadline
 from ..idempotency import message_id
-from ..wire import FENCE_RESOURCE, FENCE_TOKEN
 from . import gate
 from .base import EmailCall, Outcome, ProviderCall, problem_outcome, too_late
+from .mime import build_message
+
+__all__ = ["SmtpProvider", "build_message"]
 
 log = logging.getLogger("fencegate.gateway.smtp")
 
@@ -33,36 +34,15 @@ class _StaleConnection(Exception):
 _DISCONNECTS = (aiosmtplib.SMTPServerDisconnected, ConnectionError, OSError)
 
 
-def build_message(call: EmailCall, idempotency_header: str) -> bytes:
-    req = call.email
-    msg = EmailMessage()
-    msg["From"] = req.sender
-    msg["To"] = ", ".join(req.to)
-    if req.cc:
-        msg["Cc"] = ", ".join(req.cc)
-    if req.reply_to:
-        msg["Reply-To"] = req.reply_to
-    msg["Subject"] = req.subject
-    msg["Date"] = formatdate(usegmt=True)
-    msg["Message-ID"] = message_id(call.client, call.key)
-    msg[FENCE_RESOURCE] = call.resource
-    msg[FENCE_TOKEN] = str(call.fence)
-    if idempotency_header:
-        msg[idempotency_header] = call.derived_key
-    for name, value in req.headers.items():
-        msg[name] = value
-    if req.text is not None:
-        msg.set_content(req.text)
-        if req.html is not None:
-            msg.add_alternative(req.html, subtype="html")
-    else:
-        msg.set_content(req.html or "", subtype="html")
-    return msg.as_bytes(policy=SMTP_POLICY)
+#: the queue id most relays put in their answer to DATA ("250 2.0.0 Ok: queued as 4Xy1")
+_QUEUED_AS = re.compile(r"\bqueued as <?([A-Za-z0-9][A-Za-z0-9._@-]{0,127})>?", re.IGNORECASE)
 
 
 def _sent(provider: str, mid: str, code: int, message: str,
           refused: dict[str, str]) -> Outcome:
+    queued = _QUEUED_AS.search(message)
     body = {"status": "sent", "message_id": mid, "provider": provider,
+            "provider_message_id": queued.group(1) if queued else None,
             "provider_response": {"code": code, "message": message[:500],
                                   "refused_recipients": refused}}
     return Outcome("succeeded", 200, json.dumps(body).encode(),

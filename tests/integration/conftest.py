@@ -19,6 +19,15 @@ from gateway.app import build_app
 from gateway.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import Lease, LeaseClient
+from tests.support.fake_providers import (
+    FakeHubSpot,
+    FakeMailgun,
+    FakePostmark,
+    FakeProvider,
+    FakeResend,
+    FakeSendGrid,
+    FakeSes,
+)
 
 API_KEY = "test-key-agents"
 SIGNING_SECRET = "whsec_" + base64.b64encode(b"test-signing-secret-32-bytes-ok!").decode()
@@ -180,3 +189,42 @@ async def make_gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
 @pytest.fixture
 async def gw(make_gw: Callable[..., Awaitable[Gw]]) -> Gw:
     return await make_gw()
+
+
+# ---- fakes of real providers (presets) ------------------------------------
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[dict[str, FakeProvider]]:
+    """A fake of every preset's provider on loopback, by preset name, and
+    each one's secret in the environment the preset's config names."""
+    started: dict[str, FakeProvider] = {}
+    for name, fake in (("resend", FakeResend()), ("postmark", FakePostmark()),
+                       ("sendgrid", FakeSendGrid()), ("mailgun", FakeMailgun()),
+                       ("ses", FakeSes()), ("hubspot", FakeHubSpot())):
+        started[name] = await fake.start()
+    try:
+        yield started
+    finally:
+        for fake in started.values():
+            await fake.close()
+
+
+def preset_provider(name: str, fake: FakeProvider, **over: Any) -> dict[str, Any]:
+    """The provider table that points preset ``name`` at ``fake``."""
+    table: dict[str, Any] = {"kind": "http", "preset": name, "base_url": fake.base_url,
+                             "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000}
+    if isinstance(fake, FakeSes):
+        table.update(region=fake.region, aws_access_key_id_env=fake.key_id_env,
+                     aws_secret_access_key_env=fake.secret_env)
+    else:
+        table["api_key_env"] = fake.secret_env
+    if isinstance(fake, FakeMailgun):
+        table["domain"] = fake.domain
+    table.update(over)
+    return table
+
+
+for _fake in (FakeResend, FakePostmark, FakeSendGrid, FakeMailgun, FakeSes, FakeHubSpot):
+    os.environ.setdefault(_fake.secret_env, _fake.secret)
+os.environ.setdefault(FakeSes.key_id_env, FakeSes.key_id)
+os.environ.setdefault("FENCEGATE_TEST_WRONG_SECRET", "not-the-key")

@@ -1,0 +1,58 @@
+"""An email effect as the headers and the MIME message every transport sends.
+
+SMTP sends the message as built here; HTTP email APIs that take a raw MIME
+message (Amazon SES) send it too, and the others carry ``email_headers`` in
+their own JSON. Either way an email names its effect: the Message-ID derived
+from client and key (the same on every attempt) and the fence it was sent
+under (``Fence-Resource``, ``Fence-Token``).
+"""
+
+from __future__ import annotations
+
+from email.message import EmailMessage
+from email.policy import SMTP as SMTP_POLICY
+from email.utils import formatdate
+
+from ..idempotency import message_id
+from ..wire import FENCE_RESOURCE, FENCE_TOKEN
+from .base import EmailCall
+
+
+def email_headers(call: EmailCall) -> dict[str, str]:
+    """The headers the gateway adds to every email, then the caller's own
+    (requests.py refused those that would override the gateway's)."""
+    return {"Message-ID": message_id(call.client, call.key), FENCE_RESOURCE: call.resource,
+            FENCE_TOKEN: str(call.fence), **call.email.headers}
+
+
+def build_message(call: EmailCall, idempotency_header: str) -> bytes:
+    """The whole message: headers, text and/or HTML, then the attachments.
+    Bcc is left out: those recipients are only in the envelope."""
+    req = call.email
+    msg = EmailMessage()
+    msg["From"] = req.sender
+    msg["To"] = ", ".join(req.to)
+    if req.cc:
+        msg["Cc"] = ", ".join(req.cc)
+    if req.reply_to:
+        msg["Reply-To"] = req.reply_to
+    msg["Subject"] = req.subject
+    msg["Date"] = formatdate(usegmt=True)
+    extra = email_headers(call)
+    msg["Message-ID"] = extra.pop("Message-ID")
+    msg[FENCE_RESOURCE] = extra.pop(FENCE_RESOURCE)
+    msg[FENCE_TOKEN] = extra.pop(FENCE_TOKEN)
+    if idempotency_header:
+        msg[idempotency_header] = call.derived_key
+    for name, value in extra.items():
+        msg[name] = value
+    if req.text is not None:
+        msg.set_content(req.text)
+        if req.html is not None:
+            msg.add_alternative(req.html, subtype="html")
+    else:
+        msg.set_content(req.html or "", subtype="html")
+    for a in req.attachments:
+        maintype, _, subtype = a.content_type.partition("/")
+        msg.add_attachment(a.content, maintype=maintype, subtype=subtype, filename=a.filename)
+    return msg.as_bytes(policy=SMTP_POLICY)
