@@ -1,13 +1,15 @@
-"""The aiohttp application: routes from the table, small middlewares, and the
+"""The aiohttp application: routes from the table, one small middleware, and the
 pool's and providers' lifecycles in ``cleanup_ctx``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
@@ -41,49 +43,74 @@ def _route_of(request: web.Request) -> Route | None:
 
 
 @web.middleware
-async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """What every request passes through, as one layer (four nested
+    middlewares cost a coroutine each, on every request): its duration
+    measured; the limit on API requests at once; the caller authenticated;
+    every error made a problem document. Every answer to an effect echoes
+    its key."""
+    started = time.perf_counter()
+    route = _route_of(request)
+    status = 500
+    try:
+        response = await _answered(request, handler, route)
+        status = response.status
+        if route is not None and route.effect:
+            key = request.headers.get(IDEMPOTENCY_KEY, "")
+            if key and key.isascii() and key.isprintable() and len(key) <= 255:
+                response.headers[IDEMPOTENCY_KEY] = key
+        return response
+    finally:
+        _duration(route.openapi_path if route else "unmatched", request.method,
+                  status).observe(time.perf_counter() - started)
+
+
+@functools.lru_cache(maxsize=1024)
+def _duration(route: str, method: str, status: int) -> Any:
+    return HTTP_DURATION.labels(route=route, method=method, status=str(status))
+
+
+async def _answered(request: web.Request, handler: Handler,
+                    route: Route | None) -> web.StreamResponse:
     """Every error becomes a problem document; nothing internal reaches the caller."""
     try:
-        return await handler(request)
+        if route is None or not route.auth:  # health, readiness, metrics: never refused
+            return await handler(request)
+        return await _bounded(request, handler)
     except Problem as p:
-        response = p.response()
+        return p.response()
     except Unavailable as exc:  # the database gave no answer: fail closed, here only
         DB_UNAVAILABLE.inc()
         log.warning("database unreachable: %s", exc, extra={
             "path": request.path, "error": type(exc.__cause__).__name__})
-        response = Problem("unavailable", "the database cannot be reached; nothing was sent",
-                           headers={RETRY_AFTER: "1"}).response()
+        return Problem("unavailable", "the database cannot be reached; nothing was sent",
+                       headers={RETRY_AFTER: "1"}).response()
     except Busy:  # every connection of this process's pool in use: overload, not an outage
         REQUESTS_REFUSED.labels(reason="database_pool").inc()
-        response = Problem("overloaded", "the gateway is overloaded (no database connection "
-                           "came free in time); nothing was sent, retry later",
-                           headers={RETRY_AFTER: "1"}).response()
+        return Problem("overloaded", "the gateway is overloaded (no database connection "
+                       "came free in time); nothing was sent, retry later",
+                       headers={RETRY_AFTER: "1"}).response()
     except web.HTTPNotFound:
-        response = Problem("not_found", "no such route").response()
+        return Problem("not_found", "no such route").response()
     except web.HTTPMethodNotAllowed:
-        response = Problem("method_not_allowed", "method not allowed on this route").response()
+        return Problem("method_not_allowed", "method not allowed on this route").response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        response = Problem("bad_request", exc.reason or "bad request").response()
+        return Problem("bad_request", exc.reason or "bad request").response()
     except Exception as exc:
         log.error("unhandled error: %s", exc, extra={
             "path": request.path, "method": request.method, "error": type(exc).__name__},
             exc_info=True)
-        response = Problem("internal_error", "the gateway failed; nothing more is known to "
-                           "the caller, the operator has the log").response()
-    return response
+        return Problem("internal_error", "the gateway failed; nothing more is known to "
+                       "the caller, the operator has the log").response()
 
 
-@web.middleware
-async def bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """At most ``max_requests_in_flight`` API requests at once in this process:
     past it, 503 overloaded at once, before anything is read or admitted,
-    rather than queueing for seconds behind the others. Health, readiness and
-    metrics are never refused."""
-    route = _route_of(request)
-    if route is None or not route.auth:
-        return await handler(request)
+    rather than queueing for seconds behind the others. Then the caller is
+    authenticated."""
     gw = gw_of(request)
     if gw.in_flight >= gw.config.max_requests_in_flight:
         REQUESTS_REFUSED.labels(reason="in_flight").inc()
@@ -93,37 +120,11 @@ async def bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
     gw.in_flight += 1
     IN_FLIGHT.inc()
     try:
+        request[CLIENT] = gw.auth.client(request.headers.get("Authorization"))
         return await handler(request)
     finally:
         gw.in_flight -= 1
         IN_FLIGHT.dec()
-
-
-@web.middleware
-async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    route = _route_of(request)
-    if route is not None and route.auth:
-        request[CLIENT] = gw_of(request).auth.client(request.headers.get("Authorization"))
-    return await handler(request)
-
-
-@web.middleware
-async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
-    started = time.perf_counter()
-    route = _route_of(request)
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        if route is not None and route.effect:  # every answer to an effect echoes its key
-            key = request.headers.get(IDEMPOTENCY_KEY, "")
-            if key and key.isascii() and key.isprintable() and len(key) <= 255:
-                response.headers[IDEMPOTENCY_KEY] = key
-        return response
-    finally:
-        HTTP_DURATION.labels(route=route.openapi_path if route else "unmatched",
-                             method=request.method, status=str(status)).observe(
-            time.perf_counter() - started)
 
 
 def make_providers(config: Config) -> dict[str, Provider]:
@@ -138,7 +139,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
               processes: int = 1) -> web.Application:
     """The gateway for ``config`` on the database at ``dsn``, as one of
     ``processes`` serving processes (each takes its share of the rate limits)."""
-    app = web.Application(middlewares=[timing, problems, bounded, authenticate],
+    app = web.Application(middlewares=[front],
                           client_max_size=config.server.max_body_bytes + 1)
     routes: dict[object, Route] = {}
     for r in ROUTES:

@@ -51,8 +51,8 @@ EMAIL_SENT: dict[str, Any] = {
     "type": "object", "required": ["status", "message_id", "provider"],
     "properties": {"status": {"const": "sent"}, "message_id": {"type": "string"},
                    "provider": {"type": "string"},
-                   "provider_response": {"type": "object", "properties": {
-                       "code": {"type": "integer"}, "message": {"type": "string"}}},
+                   "provider_message_id": {"type": ["string", "null"]},
+                   "provider_response": {"type": "object"},
                    "resolved_by_operator": {"type": "boolean"}},
 }
 HEALTH: dict[str, Any] = {

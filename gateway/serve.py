@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -84,11 +85,30 @@ def use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+#: the cyclic garbage collector's first threshold in a serving process
+#: (Python's default is 700 allocations): every request allocates a few
+#: hundred objects, nearly all freed by reference counting, so the default
+#: ran a collection every couple of requests (5 % of the process's CPU at
+#: saturation under py-spy)
+GC_FIRST_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """Fewer collections, and none of them scanning what was loaded at start
+    (modules, the configuration, the routes), which lives as long as the
+    process."""
+    gc.collect()
+    gc.freeze()
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(GC_FIRST_THRESHOLD, second, third)
+
+
 def _run_worker(config_path: str, dsn: str, processes: int) -> None:
     logs.setup()
     use_uvloop()
     config = load(config_path)
     app = build_app(config, dsn, migrate_on_start=False, processes=processes)
+    tune_gc()
 
     def listening(message: str) -> None:  # aiohttp's "Running on http://..."
         if processes == 1:
