@@ -94,7 +94,7 @@ url_env = "CHAOS_DATABASE_URL"
 [[clients]]
 name = "{CLIENT}"
 key_sha256 = "{key_sha256(API_KEY)}"
-resources = ["run:*", "job:*"]
+resources = ["run:*", "job:*", "mixed:*"]
 [providers.mail]
 kind = "smtp"
 host = "127.0.0.1"

@@ -1,4 +1,5 @@
-"""A small chaos run inside `make test`: a few zombie trials, and a short soak
+"""A small chaos run inside `make test`: a few zombie trials, a few rounds of
+batches mixing stale and current fences, and a short soak
 that meets every kind of fault once. `make chaos` runs the full one."""
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ async def test_a_small_chaos_run_finds_no_violation() -> None:
     faults = list(FAULTS)
     random.Random(seed).shuffle(faults)
     r = await run(seed, trials=12, lanes=2, workers=3, effects=200, spread=12.0,
-                  faults=faults, slow_fraction=0.02, soak_limit=75)
+                  faults=faults, slow_fraction=0.02, soak_limit=75, mixed_rounds=4)
     assert r.report.ok, f"seed {seed}:\n" + markdown(r)
     assert r.trials.trials == 12
+    assert r.mixed.rounds == 4
+    # in every round the zombie's stale fences were refused, the holder's went through
+    assert r.mixed.outcomes["412 stale_fence"] > 0 and r.mixed.outcomes["200 ok"] > 0, \
+        r.mixed.outcomes
     assert r.report.figures["deliveries"] > 0
     assert sum(r.soak.faults.values()) == len(FAULTS)
