@@ -108,6 +108,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._jobs_arrived = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+        #: jobs whose handler runs (or has not yet been called): the slots taken.
+        #: A job whose completion is being recorded no longer takes one.
+        self._handling: set[int] = set()
         self._slot_free = asyncio.Event()
         #: set after every backstop pass (a test hook)
         self.backstop_passed = asyncio.Event()
@@ -153,7 +156,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         idle = self.poll_min
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._running)
+            free = self.concurrency - len(self._handling)
             if free <= 0:
                 self._slot_free.clear()
                 await self._wait(self._slot_free.wait(), None)
@@ -168,6 +171,7 @@ class Worker:
                     exc_info=not isinstance(exc, Unavailable))
                 jobs = []
             for job in jobs:
+                self._handling.add(job.id)
                 task = asyncio.get_running_loop().create_task(self._process(job))
                 self._running.add(task)
                 task.add_done_callback(self._done)
@@ -222,9 +226,22 @@ class Worker:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
-        self._slot_free.set()
+
+    def _handled(self, job: Job) -> None:
+        """The handler of ``job`` has returned: its slot is free for the next
+        job while the completion is recorded (the claim of the next job and
+        the completion of this one go to the database side by side)."""
+        if job.id in self._handling:
+            self._handling.discard(job.id)
+            self._slot_free.set()
 
     async def _process(self, job: Job) -> None:
+        try:
+            await self._run_job(job)
+        finally:
+            self._handled(job)
+
+    async def _run_job(self, job: Job) -> None:
         try:
             async with job.lease:
                 try:
@@ -240,7 +257,9 @@ class Worker:
                             "queue": job.queue, "job": job.id, "fence": job.fence,
                             "owner": job.lease.owner, "attempt": job.attempts, "now": state})
                 else:
-                    if not await self._completions.complete(job, result):
+                    completed = self._completions.complete(job, result)
+                    self._handled(job)
+                    if not await completed:
                         log.warning("job %s of queue %s completed under fence %s, no longer "
                                     "current: not counted", job.id, job.queue, job.fence,
                                     extra={"queue": job.queue, "job": job.id,

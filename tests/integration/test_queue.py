@@ -276,3 +276,52 @@ async def test_the_backstop_recovers_what_no_claimer_polls_for(pool: asyncpg.Poo
     worker.stop()
     await task
     assert done and done[0] > first.fence
+
+
+async def test_a_slot_frees_when_the_handler_returns_not_when_its_completion_lands(
+    pool: asyncpg.Pool,
+) -> None:
+    """With concurrency 1 the next job's claim goes side by side with the
+    previous job's completion (one round trip less per job), and still no
+    two handlers ever run at once. Job 0's completion is held back by a lock
+    on its row; jobs 1 and 2 run meanwhile."""
+    q = queue(pool, name="overlap")
+    await q.enqueue_many([NewJob({"n": n}) for n in range(3)])
+    running = peak = 0
+    started: list[int] = []
+    holder = await pool.acquire()
+    hold = holder.transaction()
+
+    async def handler(job: Job) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        started.append(job.payload["n"])
+        if job.payload["n"] == 0:  # its completion will wait for this lock
+            await hold.start()
+            await holder.execute("SELECT 1 FROM fencegate_jobs WHERE id = $1 FOR UPDATE",
+                                 job.id)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02)
+    task = asyncio.create_task(worker.run())
+    try:
+        for _ in range(500):
+            if len(started) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(started) == [0, 1, 2], "the held completion kept the slot"
+        assert (await q.stats()).get("completed", 0) < 3  # job 0's is still held
+    finally:
+        if holder.is_in_transaction():
+            await hold.rollback()
+        await pool.release(holder)
+    for _ in range(300):
+        if (await q.stats()).get("completed") == 3:
+            break
+        await asyncio.sleep(0.02)
+    worker.stop()
+    await task
+    assert (await q.stats()) == {"completed": 3}
+    assert peak == 1
