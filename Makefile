@@ -30,7 +30,7 @@ DEPLOY_STAMP := $(VENV)/.installed-deploy
 BROWSER_STAMP := $(VENV)/.installed-browser
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-all lint chaos bench deploy-check console-check ha clean
+.PHONY: run test test-all lint chaos bench bench-flame deploy-check console-check ha clean
 
 $(BIN)/python:
 	@$(if $(filter $(PYTHON_VERSION),$(PYTHONS)),:,echo "fencegate runs on Python \
@@ -79,9 +79,19 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
 
-# writes bench/RESULTS.md; BENCH_SECONDS sets each timed phase (default 5)
+# writes bench/RESULTS.md and its charts (bench/charts/*.svg), about 7 minutes here;
+# BENCH_SECONDS sets each timed phase (default 5), BENCH_WARMUP the warm-up before
+# each (default 1). `python -m bench.run http scaling` runs some sections only
+# (bench/NOTES.md).
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run
+
+# a py-spy flame graph of one gateway process at saturation, into
+# bench/flame-$(BENCH_FLAME_LABEL).svg (default: latest), e.g.
+# BENCH_FLAME_LABEL=after make bench-flame. py-spy attaches with ptrace: root,
+# or CAP_SYS_PTRACE in a container.
+bench-flame: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run flame
 
 $(DEPLOY_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),deploy]'

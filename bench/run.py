@@ -1,15 +1,22 @@
 """fencegate benchmarks: every figure is a ratio against a baseline measured in
 the same run, on the same machine. ``make bench`` runs this and writes
-``bench/RESULTS.md``.
+``bench/RESULTS.md`` and the charts it links to (bench/charts/).
 
 Processes: PostgreSQL (embedded, or FENCEGATE_DATABASE_URL), the peers
 (bench/peers.py), the gateway (``fencegate serve``), and a load generator in a
-process of its own, pinned to the last CPU so it cannot crowd the gateway off
-the first; everything else is left to the scheduler. On a 2-core machine the
-load generator, the gateway, the peer and PostgreSQL share two cores: the
-absolute numbers are low, the ratios are what to read.
+process of its own (bench/loadgen.py), pinned to the last CPU so it cannot
+crowd the gateway off the first; everything else is left to the scheduler. On
+a 2-core machine the load generator, the gateway, the peer and PostgreSQL
+share two cores: the absolute numbers are low, the ratios are what to read.
 
-BENCH_SECONDS sets the length of each timed phase (default 5).
+    python -m bench.run                   every section, then RESULTS.md and charts/
+    python -m bench.run http scaling      some sections (charts into a temporary
+                                          folder, or BENCH_CHARTS; RESULTS.md untouched)
+    python -m bench.run flame             a py-spy flame graph (bench/flame.py)
+
+Sections: claims, http, email, queue, rt, overload, scaling. BENCH_SECONDS sets
+the length of each timed phase (default 5), BENCH_WARMUP the warm-up before
+each (default 1).
 """
 
 from __future__ import annotations
@@ -21,262 +28,43 @@ import os
 import platform
 import random
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import aiosmtplib
 import asyncpg
 
-from gateway.auth import key_sha256
-from leases import LeaseClient, NewJob, Queue, Worker, database, migrate
+from leases import LeaseClient, NewJob, Queue, Worker, database
 from leases.queue import Job
 
-SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
-WARMUP_SECONDS = 1.0
-DB = "fencegate_bench"
-API_KEY = "bench-key"
-RESOURCES = 64
-ROOT = Path(__file__).resolve().parent
-PY = sys.executable
-OUT: list[str] = []
+from . import charts, scaling, statements
+from .harness import (
+    API_KEY,
+    OUT,
+    RESOURCES,
+    ROOT,
+    SECONDS,
+    free_port,
+    fresh_database,
+    gateway,
+    peer,
+    say,
+    wait_port,
+    xact_count,
+)
+from .loadgen import run_load
+
+SECTIONS = ("claims", "http", "email", "queue", "rt", "overload", "scaling")
+#: what the charts say under their titles: when, where, how long each phase
+SUBTITLE: list[str] = []
 
 
-def say(line: str = "") -> None:
-    print(line, flush=True)
-    OUT.append(line)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-@contextlib.contextmanager
-def process(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    log = tempfile.NamedTemporaryFile(prefix="fencegate-bench-", suffix=".log", delete=False)
-    proc = subprocess.Popen(list(args), env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT.parent)
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        os.unlink(log.name)
-
-
-async def wait_port(port: int, timeout: float = 30) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            _, w = await asyncio.open_connection("127.0.0.1", port)
-            w.close()
-            return
-        except OSError:
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-async def wait_ready(url: str) -> None:
-    async with aiohttp.ClientSession() as s:
-        for _ in range(300):
-            with contextlib.suppress(aiohttp.ClientError):
-                async with s.get(url + "/readyz") as r:
-                    if r.status == 200:
-                        return
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} never became ready")
-
-
-# ---- the load generator (its own process) ----------------------------------
-
-def _pin_last_cpu() -> None:
-    with contextlib.suppress(AttributeError, OSError):
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) > 1:
-            os.sched_setaffinity(0, {cpus[-1]})
-
-
-def loadgen(spec: dict[str, Any], out: Any) -> None:
-    import uvloop
-
-    _pin_last_cpu()
-    out.put(uvloop.run(_loadgen(spec)))
-
-
-async def _loadgen(spec: dict[str, Any]) -> dict[str, Any]:
-    counter = iter(range(10**9))
-    send = await _sender(spec["kind"], spec, counter)
-    # warm up (connections, prepared statements, caches), then measure
-    await _drive(send, {**spec, "seconds": WARMUP_SECONDS})
-    result = await _drive(send, spec)
-    await send.close()  # type: ignore[attr-defined]
-    return result
-
-
-async def _drive(send: _Sender, spec: dict[str, Any]) -> dict[str, Any]:
-    seconds = spec["seconds"]
-    latencies: list[float] = []
-    errors = 0
-
-    codes: dict[str, int] = {}
-
-    async def one() -> None:
-        nonlocal errors
-        t = time.perf_counter()
-        try:
-            ok: bool | str = await send()
-        except Exception as exc:
-            ok = type(exc).__name__
-        if ok is True:
-            latencies.append((time.perf_counter() - t) * 1000)
-        else:
-            errors += 1
-            code = ok if isinstance(ok, str) else "error"
-            codes[code] = codes.get(code, 0) + 1
-
-    started = time.perf_counter()
-    end = started + seconds
-    if spec.get("rate"):  # open loop: a fixed arrival rate, whatever the latency
-        interval = 1 / spec["rate"]
-        tasks = []
-        next_at = started
-        while next_at < end:
-            tasks.append(asyncio.create_task(one()))
-            next_at += interval
-            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-        await asyncio.gather(*tasks)
-    else:  # closed loop: N callers back to back
-        async def caller() -> None:
-            while time.perf_counter() < end:
-                await one()
-        await asyncio.gather(*(caller() for _ in range(spec["concurrency"])))
-    elapsed = time.perf_counter() - started
-    return {"n": len(latencies), "errors": errors, "seconds": elapsed,
-            "p50": pct(latencies, 0.50), "p99": pct(latencies, 0.99),
-            "rps": len(latencies) / elapsed, "codes": codes}
-
-
-class _Sender:
-    """Sends one request: True when it succeeded, else the problem code (or
-    the status) it got."""
-
-    def __init__(self, fn: Callable[[], Awaitable[bool | str]],
-                 close: Callable[[], Awaitable[None]]) -> None:
-        self._fn, self.close = fn, close
-
-    def __call__(self) -> Awaitable[bool | str]:
-        return self._fn()
-
-
-async def _sender(kind: str, spec: dict[str, Any], counter: Iterator[int]) -> _Sender:
-    run_id = spec.get("run_id", "r")
-    if kind in ("http", "email"):
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512))
-        url = spec["url"]
-        leases = spec.get("leases") or []
-        body = spec.get("body", {"event": "lead.updated", "id": 42})
-
-        async def http() -> bool | str:
-            i = next(counter)
-            headers = {}
-            if leases:
-                resource, fence = leases[i % len(leases)]
-                headers = {"Authorization": f"Bearer {API_KEY}", "Fence-Resource": resource,
-                           "Fence-Token": str(fence), "Idempotency-Key": f"{run_id}-{i}"}
-            async with session.post(url, json=body, headers=headers) as r:
-                await r.read()
-                return True if r.status == 200 else \
-                    r.headers.get("Fencegate-Problem", str(r.status))
-
-        return _Sender(http, session.close)
-    # direct SMTP
-    message = (b"From: a@example.com\r\nTo: b@example.com\r\nSubject: bench\r\n\r\nhello\r\n")
-    port = spec["smtp_port"]
-    if kind == "smtp-naive":
-        async def naive() -> bool:
-            await aiosmtplib.send(message, sender="a@example.com", recipients=["b@example.com"],
-                                  hostname="127.0.0.1", port=port, start_tls=False)
-            return True
-
-        async def nothing() -> None:
-            return None
-
-        return _Sender(naive, nothing)
-    pool: asyncio.Queue[aiosmtplib.SMTP] = asyncio.Queue()
-    for _ in range(spec["concurrency"]):
-        conn = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, start_tls=False)
-        await conn.connect()
-        pool.put_nowait(conn)
-
-    async def pooled() -> bool:
-        conn = await pool.get()
-        try:
-            await conn.sendmail("a@example.com", ["b@example.com"], message)
-        finally:
-            pool.put_nowait(conn)
-        return True
-
-    async def close_all() -> None:
-        while not pool.empty():
-            conn = pool.get_nowait()
-            with contextlib.suppress(Exception):
-                await conn.quit()
-
-    return _Sender(pooled, close_all)
-
-
-def run_load(spec: dict[str, Any]) -> dict[str, Any]:
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    p = ctx.Process(target=loadgen, args=({"seconds": SECONDS, **spec}, out))
-    p.start()
-    result: dict[str, Any] = out.get(timeout=SECONDS * 10 + 60)
-    p.join(30)
-    return result
-
-
-# ---- the database -----------------------------------------------------------
-
-async def fresh_database(server_dsn: str) -> str:
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        await admin.execute(f"CREATE DATABASE {DB}")
-    finally:
-        await admin.close()
-    dsn = database.with_database(server_dsn, DB)
-    await migrate.migrate_dsn(dsn)
-    return dsn
-
-
-async def xact_count(dsn: str) -> int:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return int(await conn.fetchval(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", DB))
-    finally:
-        await conn.close()
+def subtitle() -> str:
+    return SUBTITLE[0] if SUBTITLE else ""
 
 
 # ---- 1. lease claims ----------------------------------------------------------
@@ -293,6 +81,7 @@ ON CONFLICT (resource) DO UPDATE
    AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
 RETURNING resource, owner, fence, expires_at;
 """
+CLAIM_CONCURRENCY = (1, 4, 8, 16, 32, 64)
 
 
 def pgbench_binary() -> str:
@@ -303,7 +92,7 @@ def pgbench(dsn: str, clients: int) -> float:
     script = Path(tempfile.mkdtemp()) / "claim.sql"
     script.write_text(CLAIM_SQL)
     out = subprocess.run([pgbench_binary(), "-n", "-M", "prepared", "-c", str(clients),
-                          "-j", str(min(clients, 2)), "-T", str(int(SECONDS)), "-f",
+                          "-j", str(min(clients, 2)), "-T", str(max(1, round(SECONDS))), "-f",
                           str(script), dsn], capture_output=True, text=True, check=True)
     m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out.stdout)
     assert m, out.stdout
@@ -334,108 +123,87 @@ async def bench_claims(dsn: str) -> None:
     say("## 1. Lease claims: `LeaseClient.claim` against raw pgbench, same statement\n")
     say("| concurrency | pgbench (claims/s) | LeaseClient (claims/s) | ratio |")
     say("| ---: | ---: | ---: | ---: |")
-    for clients in (1, 8, 32):
+    rows = []
+    for clients in CLAIM_CONCURRENCY:
         base = await asyncio.to_thread(pgbench, dsn, clients)
         ours = await claim_rate(dsn, clients)
+        rows.append((clients, base, ours))
         say(f"| {clients} | {base:,.0f} | {ours:,.0f} | {ours / base:.2f}x |")
     say()
+    path = charts.claims(rows, subtitle())
+    say(f"![LeaseClient.claim against pgbench](charts/{path.name})\n")
 
 
 # ---- 2. fenced HTTP effects ---------------------------------------------------
 
-def write_config(path: Path, port: int, sink_port: int, smtp_port: int,
-                 server: str = "", database_keys: str = "") -> None:
-    path.write_text(f"""
-[server]
-port = {port}
-{server}
-[database]
-url_env = "FENCEGATE_BENCH_DSN"
-{database_keys}
-[[clients]]
-name = "bench"
-key_sha256 = "{key_sha256(API_KEY)}"
-resources = ["bench:*"]
-[providers.sink]
-kind = "http"
-base_url = "http://127.0.0.1:{sink_port}/hook"
-rate_limit_per_second = 1000000
-[providers.mail]
-kind = "smtp"
-host = "127.0.0.1"
-port = {smtp_port}
-rate_limit_per_second = 1000000
-pool_size = 16
-""")
+#: closed-loop callers of the throughput sweep; SATURATING is the table's saturation
+SWEEP = (1, 4, 16, 32, 64)
+#: the closed-loop concurrency that saturates one gateway process here (section 2)
+SATURATING = 32
+MODERATE_RATE = 200
 
 
-@contextlib.asynccontextmanager
-async def gateway(dsn: str, sink_port: int, smtp_port: int, workers: int, server: str = "",
-                  database_keys: str = "") -> AsyncIterator[tuple[str, list[tuple[str, int]]]]:
-    port = free_port()
-    cfg = Path(tempfile.mkdtemp()) / "bench.toml"
-    write_config(cfg, port, sink_port, smtp_port, server, database_keys)
-    with process(PY, "-m", "gateway.cli", "serve", "--config", str(cfg), "--workers",
-                 str(workers), env={"FENCEGATE_BENCH_DSN": dsn}):
-        url = f"http://127.0.0.1:{port}"
-        await wait_ready(url)
-        pool = await database.create_pool(dsn, min_size=1, max_size=2)
-        client = LeaseClient(pool=pool, owner="bench")
-        leases = []
-        for i in range(RESOURCES):
-            lease = await client.claim(f"bench:{workers}:{i}:{time.time_ns()}", ttl=3600)
-            assert lease is not None
-            leases.append((lease.resource, lease.fence))
-        await pool.close()
-        yield url, leases
+def _http(spec: dict[str, Any], levels: tuple[int, ...]) -> dict[str, Any]:
+    """Moderate load (every latency kept), then each closed loop of ``levels``."""
+    return {"moderate": run_load({"kind": "http", "rate": MODERATE_RATE,
+                                  "keep_latencies": True, "run_id": f"m{time.time_ns()}",
+                                  **spec}),
+            "closed": {c: run_load({"kind": "http", "concurrency": c,
+                                    "run_id": f"c{c}-{time.time_ns()}", **spec})
+                       for c in levels}}
 
 
 async def bench_http(dsn: str) -> None:
     sink_port, proxy_port, smtp_port = free_port(), free_port(), free_port()
     say("## 2. Fenced HTTP effect: gateway against a direct call and a bare proxy\n")
-    say(f"Moderate load: an open loop at 200 requests/s for {SECONDS:g}s. Saturation: "
-        f"a closed loop of 32 callers for {SECONDS:g}s. Effects spread over "
-        f"{RESOURCES} leased resources, every request a new idempotency key.\n")
-    rows = []
-    with process(PY, "-m", "bench.peers", "sink", str(sink_port)), \
-            process(PY, "-m", "bench.peers", "proxy", str(proxy_port),
-                    f"http://127.0.0.1:{sink_port}"), \
-            process(PY, "-m", "bench.peers", "smtp", str(smtp_port)):
+    say(f"Moderate load: an open loop at {MODERATE_RATE} requests/s for {SECONDS:g}s. "
+        f"1 caller: a closed loop of one. Saturation: a closed loop of {SATURATING} callers "
+        f"for {SECONDS:g}s. Effects spread over {RESOURCES} leased resources, every request "
+        "a new idempotency key.\n")
+    rows: dict[str, dict[str, Any]] = {}
+    with peer("sink", sink_port), peer("proxy", proxy_port, f"http://127.0.0.1:{sink_port}"):
         await wait_port(sink_port)
         await wait_port(proxy_port)
-        await wait_port(smtp_port)
-        targets: list[tuple[str, dict[str, Any]]] = [
-            ("direct", {"url": f"http://127.0.0.1:{sink_port}/hook/x"}),
-            ("bare proxy", {"url": f"http://127.0.0.1:{proxy_port}/hook/x"}),
-        ]
-        for name, spec in targets:
-            rows.append((name, run_load({"kind": "http", "rate": 200, **spec}),
-                         run_load({"kind": "http", "concurrency": 32, **spec})))
+        rows["direct"] = _http({"url": f"http://127.0.0.1:{sink_port}/hook/x"}, SWEEP)
+        rows["bare proxy"] = _http({"url": f"http://127.0.0.1:{proxy_port}/hook/x"}, SWEEP)
         for workers in (1, 2):
-            async with gateway(dsn, sink_port, smtp_port, workers) as (url, leases):
-                spec = {"url": f"{url}/v1/http/sink/x", "leases": leases}
-                rows.append((f"gateway --workers {workers}",
-                             run_load({"kind": "http", "rate": 200, "run_id": f"m{workers}",
-                                       **spec}),
-                             run_load({"kind": "http", "concurrency": 32,
-                                       "run_id": f"s{workers}", **spec})))
-    direct, bare = rows[0], rows[1]
+            async with gateway(dsn, sink_port, smtp_port, workers) as gw:
+                rows[f"gateway --workers {workers}"] = _http(
+                    {"url": f"{gw.url}/v1/http/sink/x", "leases": gw.leases},
+                    SWEEP if workers == 1 else (1, SATURATING))
+    direct, bare = rows["direct"], rows["bare proxy"]
     say("| path | p50 ms (moderate) | p99 ms (moderate) | +p50 vs direct | +p99 vs direct "
-        "| saturation req/s | vs bare proxy | errors |")
-    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name, mod, sat in rows:
+        "| p50 ms (1 caller) | +p50 vs direct | saturation req/s | vs bare proxy | errors |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, row in rows.items():
+        mod, one, sat = row["moderate"], row["closed"][1], row["closed"][SATURATING]
+        errors = mod["errors"] + sum(r["errors"] for r in row["closed"].values())
         say(f"| {name} | {mod['p50']:.2f} | {mod['p99']:.2f} | "
-            f"{mod['p50'] - direct[1]['p50']:+.2f} | {mod['p99'] - direct[1]['p99']:+.2f} | "
-            f"{sat['rps']:,.0f} | {sat['rps'] / bare[2]['rps']:.2f}x | "
-            f"{mod['errors'] + sat['errors']} |")
+            f"{mod['p50'] - direct['moderate']['p50']:+.2f} | "
+            f"{mod['p99'] - direct['moderate']['p99']:+.2f} | {one['p50']:.2f} | "
+            f"{one['p50'] - direct['closed'][1]['p50']:+.2f} | {sat['rps']:,.0f} | "
+            f"{sat['rps'] / bare['closed'][SATURATING]['rps']:.2f}x | {errors} |")
     say()
+    swept = {name: row for name, row in rows.items() if len(row["closed"]) == len(SWEEP)}
+    gw1 = swept["gateway --workers 1"]
+    say("Throughput (requests/s) against closed-loop callers:\n")
+    say("| callers | " + " | ".join(swept) + " | gateway vs bare proxy |")
+    say("| ---: | " + " | ".join("---:" for _ in swept) + " | ---: |")
+    for c in SWEEP:
+        say(f"| {c} | " + " | ".join(f"{row['closed'][c]['rps']:,.0f}"
+                                     for row in swept.values()) +
+            f" | {gw1['closed'][c]['rps'] / bare['closed'][c]['rps']:.2f}x |")
+    say()
+    path = charts.throughput({name: [(c, row["closed"][c]["rps"]) for c in SWEEP]
+                              for name, row in swept.items()}, subtitle())
+    say(f"![throughput against concurrency](charts/{path.name})\n")
+    path = charts.latency_cdf({name: row["moderate"]["latencies"]
+                               for name, row in swept.items()},
+                              f"an open loop at {MODERATE_RATE} requests/s", subtitle())
+    say(f"![latency distribution at moderate load](charts/{path.name})\n")
 
 
 # ---- overload -------------------------------------------------------------------
-
-#: the closed-loop concurrency that saturates one gateway process here (section 2)
-SATURATING = 32
-
 
 async def bench_overload(dsn: str, label: str, server: str = "",
                          database_keys: str = "") -> None:
@@ -446,14 +214,12 @@ async def bench_overload(dsn: str, label: str, server: str = "",
     say(f"### {label}\n")
     say("| callers | 200/s | p50 ms | p99 ms | other answers |")
     say("| ---: | ---: | ---: | ---: | --- |")
-    with process(PY, "-m", "bench.peers", "sink", str(sink_port)), \
-            process(PY, "-m", "bench.peers", "smtp", str(smtp_port)):
+    with peer("sink", sink_port), peer("smtp", smtp_port):
         await wait_port(sink_port)
-        async with gateway(dsn, sink_port, smtp_port, 1, server, database_keys) \
-                as (url, leases):
+        async with gateway(dsn, sink_port, smtp_port, 1, server, database_keys) as gw:
             for factor in (1, 4, 16):
                 r = run_load({"kind": "http", "concurrency": SATURATING * factor,
-                              "url": f"{url}/v1/http/sink/x", "leases": leases,
+                              "url": f"{gw.url}/v1/http/sink/x", "leases": gw.leases,
                               "run_id": f"o{factor}-{time.time_ns()}"})
                 other = ", ".join(f"{n:,} {c}" for c, n in sorted(r["codes"].items())) or "none"
                 say(f"| {SATURATING * factor} | {r['rps']:,.0f} | {r['p50']:.1f} | "
@@ -467,16 +233,15 @@ async def bench_email(dsn: str) -> None:
     sink_port, smtp_port = free_port(), free_port()
     say("## 3. Email: gateway against direct aiosmtplib, same aiosmtpd sink\n")
     say(f"A closed loop of 8 senders for {SECONDS:g}s each.\n")
-    with process(PY, "-m", "bench.peers", "smtp", str(smtp_port)), \
-            process(PY, "-m", "bench.peers", "sink", str(sink_port)):
+    with peer("smtp", smtp_port), peer("sink", sink_port):
         await wait_port(smtp_port)
         naive = run_load({"kind": "smtp-naive", "concurrency": 8, "smtp_port": smtp_port})
         pooled = run_load({"kind": "smtp-pooled", "concurrency": 8, "smtp_port": smtp_port})
-        async with gateway(dsn, sink_port, smtp_port, 1) as (url, leases):
+        async with gateway(dsn, sink_port, smtp_port, 1) as gw:
             body = {"from": "a@example.com", "to": ["b@example.com"], "subject": "bench",
                     "text": "hello"}
-            ours = run_load({"kind": "email", "concurrency": 8, "url": f"{url}/v1/email",
-                             "leases": leases, "body": body, "run_id": "mail"})
+            ours = run_load({"kind": "email", "concurrency": 8, "url": f"{gw.url}/v1/email",
+                             "leases": gw.leases, "body": body, "run_id": "mail"})
     say("| path | messages/s | p50 ms | p99 ms | gateway vs this |")
     say("| --- | ---: | ---: | ---: | ---: |")
     for name, r in (("direct, a connection per message", naive),
@@ -577,20 +342,21 @@ async def bench_queue(server_dsn: str) -> None:
 
 async def round_trips(server_dsn: str) -> None:
     say("## 5. Database round trips, counted\n")
-    say("Transactions the server committed (pg_stat_database), per effect and per job: "
-        "two runs of different sizes, so connection set-up cancels out.\n")
+    say("Transactions the server committed (pg_stat_database), per effect (sent one at "
+        "a time, so no two share a statement) and per job: two runs of different sizes, so "
+        "connection set-up cancels out.\n")
     sink_port, smtp_port = free_port(), free_port()
     per_effect: list[float] = []
-    with process(PY, "-m", "bench.peers", "sink", str(sink_port)):
+    with peer("sink", sink_port):
         await wait_port(sink_port)
         for n in (100, 600):
             dsn = await fresh_database(server_dsn)
-            async with gateway(dsn, sink_port, smtp_port, 1) as (url, leases):
+            async with gateway(dsn, sink_port, smtp_port, 1) as gw:
                 before = await xact_count(dsn)
                 async with aiohttp.ClientSession() as s:
                     for i in range(n):
-                        resource, fence = leases[i % len(leases)]
-                        async with s.post(f"{url}/v1/http/sink/x", json={"i": i}, headers={
+                        resource, fence = gw.leases[i % len(gw.leases)]
+                        async with s.post(f"{gw.url}/v1/http/sink/x", json={"i": i}, headers={
                                 "Authorization": f"Bearer {API_KEY}",
                                 "Fence-Resource": resource, "Fence-Token": str(fence),
                                 "Idempotency-Key": f"rt-{i}"}) as r:
@@ -633,6 +399,7 @@ async def round_trips(server_dsn: str) -> None:
     say(f"| one fenced HTTP effect through the gateway | {effect_rt:.2f} |")
     say(f"| one job claimed (batch of up to 8) and completed by a Worker | {job_rt:.2f} |")
     say()
+    await statements.response_path(server_dsn)
 
 
 def machine() -> str:
@@ -646,19 +413,45 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}")
 
 
-async def main() -> None:
+def flame_graphs() -> str:
+    found = sorted(ROOT.glob("flame-*.svg"))
+    if not found:
+        return ""
+    links = ", ".join(f"[{p.stem.removeprefix('flame-')}]({p.name})" for p in found)
+    return (f"Flame graphs of the gateway at saturation (`make bench-flame`, bench/NOTES.md): "
+            f"{links}.\n")
+
+
+async def main(sections: list[str]) -> None:
     server_dsn = os.environ.get(database.DATABASE_URL_ENV) or database.start_embedded()
+    if sections == ["flame"]:
+        from .flame import flame
+
+        await flame(server_dsn)
+        return
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        sys.exit(f"no such section: {', '.join(sorted(unknown))} (sections: "
+                 f"{', '.join(SECTIONS)}, or flame)")
+    full = not sections
+    sections = sections or list(SECTIONS)
+    charts.folder(full)
+    started = time.monotonic()
     dsn = await fresh_database(server_dsn)
     conn = await asyncpg.connect(server_dsn)
     pg_version = await conn.fetchval("SHOW server_version")
     await conn.close()
+    now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    SUBTITLE.append(f"{now}, {os.cpu_count()} CPUs shared by every process, "
+                    f"{SECONDS:g}s phases")
     say("# fencegate benchmarks\n")
-    say(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}; "
+    say(f"Run {now} on {machine()}; "
         f"PostgreSQL {pg_version}; each timed phase {SECONDS:g}s. Every ratio compares "
         "two measurements taken in this same run. Load generator: its own process, "
         "pinned to the last CPU. The Python side (LeaseClient, the queues, the load "
         "generator, the gateway) runs on uvloop.\n")
-    sections = sys.argv[1:] or ["claims", "http", "email", "queue", "rt", "overload"]
+    if flame_graphs():
+        say(flame_graphs())
     if "claims" in sections:
         await bench_claims(dsn)
     if "http" in sections:
@@ -673,7 +466,12 @@ async def main() -> None:
         say("## 6. Overload: one gateway process at 1x, 4x and 16x its saturating "
             "concurrency\n")
         await bench_overload(dsn, os.environ.get("BENCH_OVERLOAD_LABEL", "as configured"))
-    if len(sections) == 6:
+    if "scaling" in sections:
+        await scaling.bench_scaling(await fresh_database(server_dsn), subtitle())
+    took = time.monotonic() - started
+    print(f"the benchmark took {took / 60:.1f} minutes; charts in {charts.folder(full)}")
+    if full:
+        say(f"The whole run took {took / 60:.1f} minutes.\n")
         notes = ROOT / "NOTES.md"
         body = "\n".join(OUT) + ("\n" + notes.read_text() if notes.exists() else "")
         (ROOT / "RESULTS.md").write_text(body)
@@ -683,4 +481,4 @@ async def main() -> None:
 if __name__ == "__main__":
     import uvloop
 
-    uvloop.run(main())  # as a production worker would run (docs/leases.md)
+    uvloop.run(main(sys.argv[1:]))  # as a production worker would run (docs/leases.md)
