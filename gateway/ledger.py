@@ -37,9 +37,6 @@ RESEND_MARGIN_SECONDS = 5.0
 RESOLVE_GRACE_SECONDS = 1.0
 #: how long an outcome that could not be recorded is retried in the background
 RECORD_RETRY_SECONDS = 60.0
-#: how long a read or a repeat of a key waits for this process to land the
-#: record of the answer it just gave
-RECORD_WAIT_SECONDS = 1.0
 #: nonces of abandoned attempts are kept this long
 ABANDONED_KEPT_SECONDS = 86400.0
 #: admission statements out at once per process; more calls gather meanwhile
@@ -208,12 +205,15 @@ class Ledger:
             await asyncio.wait(self._background, timeout=self.timeout)
 
     async def settled(self, client: str, key: str) -> None:
-        """Wait (a moment at most) for this process to land the record of an
-        answer it gave for ``key``: a read right after the answer sees it."""
+        """Wait for this process to land the record of an answer it gave for
+        ``key``, so a read or a repeat right after the answer sees it: up to
+        the database timeout (a second was not enough on a loaded machine;
+        past the timeout the database is in trouble and "in progress" is the
+        honest answer)."""
         recording = self.outcomes.pending(client, key)
         if recording is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(recording), RECORD_WAIT_SECONDS)
+                await asyncio.wait_for(asyncio.shield(recording), self.timeout)
 
     async def show(self, client: str, key: str) -> dict[str, Any] | None:
         row = await self.db.fetchrow("show_effect", client, key, RESOLVE_GRACE_SECONDS)
