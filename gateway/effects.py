@@ -137,6 +137,11 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     provider, call = effect.provider, effect.call
     cfg = provider.config
     started = time.monotonic()
+    if gw.ledger.outcomes.pending(call.client, call.key) is not None:
+        # this process answered the key a moment ago and is still writing its
+        # record: the admission must see it (a replay, or unknown), not "in
+        # progress". Waited for before the deadline is taken.
+        await gw.ledger.settled(call.client, call.key)
     budget = budget_seconds(gw, provider)
     deadline = Deadline(clock.now() + budget)  # before the admission is sent
     attempt = new_attempt()
@@ -144,16 +149,6 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
         attempt, budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
     )
-    if admission.verdict == "effect_in_progress" and \
-            gw.ledger.outcomes.pending(call.client, call.key) is not None:
-        # this process answered the key a moment ago and is still writing its
-        # record: wait for it, then ask again (a replay, or unknown)
-        await gw.ledger.settled(call.client, call.key)
-        attempt = new_attempt()
-        admission = await gw.ledger.admit(
-            call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
-            attempt, budget + gw.config.server.barrier_grace_seconds,
-            cfg.retry_window_seconds)
     verdict = admission.verdict
     if verdict != "admitted":
         _log(effect, verdict, started)
