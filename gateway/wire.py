@@ -81,3 +81,8 @@ Verdict = Literal["admitted", "replay", "abandoned", "busy"] | Refusal
 #: the ``outcome`` label of ``fencegate_effects_total``
 EffectOutcome = Literal["succeeded", "failed", "unknown", "replayed", "in_progress",
                         "provider_error", "rate_limited", "overloaded"]
+
+#: what ``fencegate_extend_effect`` answers before a resend: go, or why not
+#: (a fence refusal's own code, or the effect's state, or the window)
+ExtendVerdict = Literal["extended", "stale_fence", "lease_expired", "no_lease",
+                        "not_in_flight", "outside_window"]
