@@ -13,6 +13,7 @@ from leases.observe import QueueCollector
 from .auth import Authenticator
 from .config import Config
 from .ledger import Ledger
+from .pace import Pauses
 from .providers import Provider
 from .ratelimit import TokenBucket
 from .rejections import RejectionLog
@@ -35,6 +36,8 @@ class Gateway:
     observer: QueueCollector | None = None
     #: fence rejections recorded for the console (gateway/rejections.py)
     rejections: RejectionLog | None = None
+    #: providers that answered 429, paused for every caller (gateway/pace.py)
+    pauses: Pauses = field(default_factory=Pauses)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)
