@@ -3,7 +3,7 @@
     request ─▶ provider paused? ─▶ admission ─┬─ refused (412 fence, 409, 422 reuse)
                (429, or a short wait)            ├─ replay of a finished effect
                                                  └─ admitted ─▶ rate limit ─▶ provider
-                                                                  ─▶ finish ─▶ answer
+                        ─▶ (unknown, and the provider dedupes: resend.py) ─▶ finish ─▶ answer
 
 The drain barrier rests on one local deadline per attempt, taken before the
 admission is sent: everything after it (the admission's answer, the wait for
@@ -26,7 +26,7 @@ from aiohttp import web
 
 from leases import clock
 
-from . import idempotency
+from . import idempotency, resend
 from .deadline import Deadline
 from .ledger import Admission, FinalState, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
@@ -204,6 +204,8 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
                       reason="configured_rate")
 
     outcome = await send_once(gw, provider, call, deadline)
+    if outcome.kind == "unknown" and resend.resendable(cfg):
+        outcome = await resend.resend(gw, provider, call, attempt, outcome, budget)
 
     state, label = _RECORDED[outcome.kind]
     if outcome.code == "overloaded":

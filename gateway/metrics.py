@@ -43,6 +43,14 @@ REQUESTS_REFUSED = Counter(
     "(in_flight: max_requests_in_flight; database_pool: no connection came free).",
     ["reason"],
 )
+PROVIDER_RESENDS = Counter(
+    "fencegate_provider_resends_total",
+    "Resends of an attempt whose outcome was unknown, to a provider that dedupes on our "
+    "key, inside its window: by what each came to (answered, unknown, not_acted) or why "
+    "none went out (stale_fence, lease_expired, no_lease, not_in_flight, outside_window, "
+    "provider_paused, unavailable).",
+    ["provider", "outcome"],
+)
 PROVIDER_PAUSED = Counter(
     "fencegate_provider_paused_seconds_total",
     "Seconds a provider was paused for every caller after it answered 429 (Retry-After, "
