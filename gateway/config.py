@@ -43,6 +43,10 @@ DEFAULT_DATABASE_POOL_SIZE = 20
 #: in between, so several share one
 REQUESTS_PER_CONNECTION = 8
 DEFAULT_SMTP_POOL_SIZE = 4
+#: resends after an unknown outcome, inside the provider's idempotency window
+#: (HTTP providers that dedupe on our key; gateway/resend.py)
+DEFAULT_RESEND_ATTEMPTS = 2
+MAX_RESEND_ATTEMPTS = 10
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -137,6 +141,9 @@ class HttpProviderConfig(_ProviderCommon):
     unknown_statuses: frozenset[int] = DEFAULT_UNKNOWN_STATUSES
     #: the headers the provider paces its callers with
     pace: Pace = DEFAULT_PACE
+    #: an attempt whose outcome is unknown is sent again this many times at
+    #: most, while the provider's window covers it (0: never within a request)
+    resend_attempts: int = DEFAULT_RESEND_ATTEMPTS
     #: ``POST /v1/email`` may name this provider (a preset with an email API)
     email: bool = False
     #: the ``ses`` preset: the AWS region and the credentials it signs with
@@ -242,7 +249,7 @@ _COMMON = {"kind", "timeout_seconds", "rate_limit_per_second", "idempotency_head
            "idempotency_window_seconds"}
 _SMTP = {"host", "port", "tls", "username_env", "password_env", "pool_size", "ca_file",
          "allow_plaintext_auth"}
-_HTTP = {"base_url", "signing_secret_env", "authorization_env"}
+_HTTP = {"base_url", "signing_secret_env", "authorization_env", "resend_attempts"}
 
 
 def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
@@ -292,8 +299,10 @@ def _http(r: _Reader, common: dict[str, Any], preset: Preset | None) -> HttpProv
             raise r.error("signing_secret_env", "names a secret that is not base64 (with or "
                           "without the whsec_ prefix), as Standard Webhooks secrets are") \
                 from None
+    resend_attempts = int(r.number("resend_attempts", DEFAULT_RESEND_ATTEMPTS, 0,
+                                   MAX_RESEND_ATTEMPTS))
     return HttpProviderConfig(**common, base_url=base_url.rstrip("/"), signing_secret=secret,
-                              **settings)
+                              resend_attempts=resend_attempts, **settings)
 
 
 def _smtp(r: _Reader, common: dict[str, Any], preset: Preset | None) -> SmtpProviderConfig:

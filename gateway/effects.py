@@ -1,8 +1,9 @@
 """The effect path: admit (fence + key, one round trip), send, record, answer.
 
-    request ─▶ admission ─┬─ refused (412 fence, 409 in progress/unknown, 422 reuse)
-                          ├─ replay of a finished effect (nothing sent)
-                          └─ admitted ─▶ rate limit ─▶ provider ─▶ finish ─▶ answer
+    request ─▶ provider paused? ─▶ admission ─┬─ refused (412 fence, 409, 422 reuse)
+               (429, or a short wait)            ├─ replay of a finished effect
+                                                 └─ admitted ─▶ rate limit ─▶ provider
+                        ─▶ (unknown, and the provider dedupes: resend.py) ─▶ finish ─▶ answer
 
 The drain barrier rests on one local deadline per attempt, taken before the
 admission is sent: everything after it (the admission's answer, the wait for
@@ -15,6 +16,7 @@ always outlasts ours, whatever the database's or the pool's delays.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -24,14 +26,16 @@ from aiohttp import web
 
 from leases import clock
 
-from . import idempotency
+from . import idempotency, resend
 from .deadline import Deadline
 from .ledger import Admission, FinalState, StoredAnswer, new_attempt
-from .metrics import EFFECTS, FENCE_REJECTIONS, PROVIDER_DURATION
+from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
+from .pace import PACE_WAIT_SECONDS
 from .problems import Problem
-from .providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall, too_late
+from .providers import EmailCall, HttpCall, Provider, ProviderCall
 from .ratelimit import TokenBucket, retry_after_header
 from .requests import EffectHeaders, EmailRequest
+from .sending import send_once
 from .state import Gateway
 from .wire import FENCE_REFUSALS, IDEMPOTENT_REPLAYED, RETRY_AFTER, EffectOutcome, Refusal
 
@@ -132,11 +136,29 @@ def budget_seconds(gw: Gateway, provider: Provider) -> float:
     return gw.config.server.database_timeout_seconds + provider.config.timeout_seconds
 
 
+async def _mind_the_pause(gw: Gateway, effect: Effect, started: float) -> None:
+    """A provider that answered 429 is paused for every caller: a pause of up
+    to ``PACE_WAIT_SECONDS`` is waited out; a longer one is refused before the
+    admission, so nothing is reserved and the key stays free."""
+    name = effect.provider.config.name
+    while (left := gw.pauses.remaining(name, time.monotonic())) > 0:
+        if left > PACE_WAIT_SECONDS:
+            EFFECTS.labels(provider=name, outcome="rate_limited").inc()
+            RATE_LIMITED.labels(provider=name, reason="provider_paused").inc()
+            _log(effect, "rate_limited", started, summary="provider paused")
+            raise Problem("rate_limited", f"provider {name!r} asked for a pause (it answered "
+                          f"429); {left:.1f} s are left: nothing was sent, the key is free",
+                          headers={RETRY_AFTER: retry_after_header(left)},
+                          reason="provider_paused")
+        await asyncio.sleep(left)
+
+
 async def run(gw: Gateway, effect: Effect) -> web.Response:
     """Take one effect through admission, the provider and the ledger."""
     provider, call = effect.provider, effect.call
     cfg = provider.config
     started = time.monotonic()
+    await _mind_the_pause(gw, effect, started)
     if gw.ledger.outcomes.pending(call.client, call.key) is not None:
         # this process answered the key a moment ago and is still writing its
         # record: the admission must see it (a replay, or unknown), not "in
@@ -170,14 +192,15 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     if wait > 0:
         await end("free", None, None)
         EFFECTS.labels(provider=cfg.name, outcome="rate_limited").inc()
+        RATE_LIMITED.labels(provider=cfg.name, reason="configured_rate").inc()
         _log(effect, "rate_limited", started)
         raise Problem("rate_limited", f"provider {cfg.name!r} is at its configured rate",
-                      headers={RETRY_AFTER: retry_after_header(wait)})
+                      headers={RETRY_AFTER: retry_after_header(wait)},
+                      reason="configured_rate")
 
-    sent_at = time.monotonic()
-    outcome: Outcome = too_late(cfg.name) if not deadline.can_start() else \
-        await provider.send(call, deadline)
-    PROVIDER_DURATION.labels(provider=cfg.name).observe(time.monotonic() - sent_at)
+    outcome = await send_once(gw, provider, call, deadline)
+    if outcome.kind == "unknown" and resend.resendable(cfg):
+        outcome = await resend.resend(gw, provider, call, attempt, outcome, budget)
 
     state, label = _RECORDED[outcome.kind]
     if outcome.code == "overloaded":

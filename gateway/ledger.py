@@ -26,7 +26,7 @@ from leases import Busy, LeaseClient, Unavailable, formats
 from leases.batch import Batcher
 from leases.metrics import BATCH_SIZE
 
-from .wire import Verdict
+from .wire import ExtendVerdict, Verdict
 
 log = logging.getLogger("fencegate.gateway")
 
@@ -134,6 +134,20 @@ class Ledger:
                                    RESEND_MARGIN_SECONDS)
         by_ord = {r["ord"]: _admission(r) for r in rows}
         return [by_ord[n + 1] for n in range(len(items))]
+
+    async def extend(self, client: str, key: str, attempt: int, resource: str, fence: int,
+                     deadline_seconds: float) -> ExtendVerdict:
+        """Before a resend: move attempt ``attempt``'s deadline, and its lease's
+        drain barrier, to ``deadline_seconds`` from the database's now, if the
+        fence is still current and its lease live, the attempt still in
+        flight, and the provider's window still covers the whole new attempt
+        (``RESEND_MARGIN_SECONDS`` included). Anything else answers why not,
+        and changes nothing. If this raises, it may have committed: the
+        deadline is then later, nothing was sent, no harm done."""
+        verdict: ExtendVerdict = await self.db.fetchval(
+            "extend_effect", client, key, attempt, resource, fence, deadline_seconds,
+            RESEND_MARGIN_SECONDS)
+        return verdict
 
     def _args(self, client: str, key: str, attempt: int, resource: str, state: FinalState,
               answer: StoredAnswer | None, summary: str | None) -> tuple[Any, ...]:

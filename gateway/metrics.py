@@ -6,10 +6,13 @@ Labels never carry resources, keys, addresses or owners.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import get_args
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from leases import metrics as lease_metrics
+
+from .wire import RateLimitReason
 
 FENCE_REJECTIONS = Counter(
     "fencegate_fence_rejections_total",
@@ -40,11 +43,33 @@ REQUESTS_REFUSED = Counter(
     "(in_flight: max_requests_in_flight; database_pool: no connection came free).",
     ["reason"],
 )
+PROVIDER_RESENDS = Counter(
+    "fencegate_provider_resends_total",
+    "Resends of an attempt whose outcome was unknown, to a provider that dedupes on our "
+    "key, inside its window: by what each came to (answered, unknown, not_acted) or why "
+    "none went out (stale_fence, lease_expired, no_lease, not_in_flight, outside_window, "
+    "provider_paused, unavailable).",
+    ["provider", "outcome"],
+)
+PROVIDER_PAUSED = Counter(
+    "fencegate_provider_paused_seconds_total",
+    "Seconds a provider was paused for every caller after it answered 429 (Retry-After, "
+    "or its preset's reset header); rate() is the share of time it was paused.",
+    ["provider"],
+)
+RATE_LIMITED = Counter(
+    "fencegate_rate_limited_total",
+    "Effects refused 429 rate_limited, nothing sent and the key free: by provider and "
+    "reason (configured_rate: rate_limit_per_second; provider_paused: the provider's own "
+    "429 paused it, refused before admission).",
+    ["provider", "reason"],
+)
 
 #: the label values the contract fixes
 REJECTION_REASONS = ("stale_fence", "lease_expired", "no_lease", "invalid_fence")
 EFFECT_OUTCOMES = ("succeeded", "failed", "unknown", "replayed", "in_progress",
                    "provider_error", "rate_limited")
+RATE_LIMIT_REASONS: tuple[RateLimitReason, ...] = get_args(RateLimitReason)
 
 
 def start_at_zero(providers: Iterable[str]) -> None:
@@ -57,4 +82,7 @@ def start_at_zero(providers: Iterable[str]) -> None:
             FENCE_REJECTIONS.labels(provider=provider, reason=reason)
         for outcome in EFFECT_OUTCOMES:
             EFFECTS.labels(provider=provider, outcome=outcome)
+        PROVIDER_PAUSED.labels(provider=provider)
+        for reason in RATE_LIMIT_REASONS:
+            RATE_LIMITED.labels(provider=provider, reason=reason)
     lease_metrics.start_at_zero()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
-from .wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY, PROBLEMS
+from .wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY, PROBLEMS, RateLimitReason
 
 if TYPE_CHECKING:
     from .routes import Route
@@ -28,6 +28,9 @@ _PROBLEM_SCHEMA = {
         "status": {"type": "integer"}, "detail": {"type": "string"},
         "code": {"type": "string", "enum": sorted(PROBLEMS)},
         "current_fence": {"type": "integer"},
+        "reason": {"type": "string", "enum": sorted(get_args(RateLimitReason)),
+                   "description": "rate_limited: the provider's configured rate, or a "
+                                  "pause the provider asked for with its own 429"},
     },
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -13,7 +15,8 @@ from leases.observe import QueueCollector
 from .auth import Authenticator
 from .config import Config
 from .ledger import Ledger
-from .providers import Provider
+from .pace import Pauses
+from .providers import Provider, ProviderCall
 from .ratelimit import TokenBucket
 from .rejections import RejectionLog
 
@@ -35,6 +38,13 @@ class Gateway:
     observer: QueueCollector | None = None
     #: fence rejections recorded for the console (gateway/rejections.py)
     rejections: RejectionLog | None = None
+    #: providers that answered 429, paused for every caller (gateway/pace.py)
+    pauses: Pauses = field(default_factory=Pauses)
+    #: the jitter of resend backoffs (gateway/resend.py)
+    rng: random.Random = field(default_factory=random.Random)
+    #: test hook: awaited before each resend asks the ledger to extend its
+    #: attempt (after the backoff), so a test can act in between without sleeping
+    before_resend: Callable[[ProviderCall], Awaitable[None]] | None = None
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

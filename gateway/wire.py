@@ -81,3 +81,19 @@ Verdict = Literal["admitted", "replay", "abandoned", "busy"] | Refusal
 #: the ``outcome`` label of ``fencegate_effects_total``
 EffectOutcome = Literal["succeeded", "failed", "unknown", "replayed", "in_progress",
                         "provider_error", "rate_limited", "overloaded"]
+
+#: what ``fencegate_extend_effect`` answers before a resend: go, or why not
+#: (a fence refusal's own code, or the effect's state, or the window)
+ExtendVerdict = Literal["extended", "stale_fence", "lease_expired", "no_lease",
+                        "not_in_flight", "outside_window"]
+#: the ``outcome`` label of ``fencegate_provider_resends_total``: what a resend
+#: came to (``answered``: a definite answer; ``unknown`` again; ``not_acted``:
+#: the provider refused it without acting), or why none went out (the
+#: ledger's refusal, ``provider_paused``, or ``unavailable``: no answer from
+#: the database)
+ResendOutcome = Literal["answered", "unknown", "not_acted", "provider_paused", "unavailable"] \
+    | Literal["stale_fence", "lease_expired", "no_lease", "not_in_flight", "outside_window"]
+
+#: why an effect was refused 429 ``rate_limited`` (``fencegate_rate_limited_total``):
+#: the provider's configured rate, or a pause the provider asked for (its 429)
+RateLimitReason = Literal["configured_rate", "provider_paused"]

@@ -72,6 +72,8 @@ class Outcome:
     headers: dict[str, str]
     summary: str  # one line for operators; never a secret or a message body
     code: ProblemCode | None = None  # the problem code, when the answer is a gateway problem
+    #: the provider answered 429: how long it asked every caller to wait (gateway/pace.py)
+    pause_seconds: float | None = None
 
 
 class Provider(Protocol):

@@ -20,7 +20,8 @@ import base64
 import hashlib
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -28,11 +29,13 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.tracing import Trace
 from yarl import URL
 
+from .. import pace
 from ..bodies import read_limited
 from ..config import HttpProviderConfig, signing_key
 from ..deadline import Deadline
 from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
-from ..wire import FENCE_RESOURCE, FENCE_TOKEN, TRUNCATED, ProblemCode
+from ..ratelimit import retry_after_header
+from ..wire import FENCE_RESOURCE, FENCE_TOKEN, RETRY_AFTER, TRUNCATED, ProblemCode
 from . import gate, http_email, sigv4
 from .base import (
     Call,
@@ -207,7 +210,10 @@ class HttpProvider:
                     method, url, data=body or None, headers=headers, allow_redirects=False,
                 ) as resp:
                     answer = await read_limited(resp.content, self.max_body_bytes)
-                    return judge(resp, answer)
+                    outcome = judge(resp, answer)
+                    if resp.status == 429:
+                        return self._paced(outcome, resp.headers)
+                    return outcome
         except (gate.GateClosed, aiohttp.ClientError, TimeoutError) as e:
             if writes.closed:  # the deadline passed before (some of) the request left
                 return too_late(self.config.name, "the request to be written") \
@@ -218,6 +224,13 @@ class HttpProvider:
             return _failure(e)
         finally:
             gate.CURRENT.reset(token)
+
+    def _paced(self, outcome: Outcome, headers: Mapping[str, str]) -> Outcome:
+        """A 429: how long the provider asks every caller to wait, by what its
+        preset says it sends, on the outcome and in its ``Retry-After``."""
+        seconds = pace.requested_pause(headers, self.config.pace, time.time())
+        return replace(outcome, pause_seconds=seconds,
+                       headers={**outcome.headers, RETRY_AFTER: retry_after_header(seconds)})
 
     def _outcome(self, resp: aiohttp.ClientResponse, body: bytes) -> Outcome:
         headers = {h: resp.headers[h] for h in KEPT_RESPONSE_HEADERS if h in resp.headers}

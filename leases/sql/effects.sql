@@ -18,6 +18,12 @@ SELECT verdict, current_fence, effect_id, retry_after,
 SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $8::bytea,
                                $9::text);
 
+-- name: extend_effect
+-- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 fence, $6 deadline
+--  seconds, $7 resend margin seconds): extended | stale_fence | lease_expired |
+--  no_lease | not_in_flight | outside_window (see fencegate_extend_effect)
+SELECT fencegate_extend_effect($1, $2, $3::bigint, $4, $5::bigint, $6::float8, $7::float8);
+
 -- name: admit_effects
 -- admit_effect for a batch, one array per argument ($10: the resend margin);
 -- one row per entry, by its position (ord); 'busy' for an entry whose lease

@@ -12,12 +12,14 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway import config as gconfig
 from gateway.app import build_app
 from gateway.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
+from gateway.state import GATEWAY, Gateway
 from leases import Lease, LeaseClient
 from tests.support.fake_providers import (
     FakeHubSpot,
@@ -107,6 +109,13 @@ class Gw:
     leases: LeaseClient
     smtp: SmtpSink
     hook: WebhookSink
+    app: web.Application | None = None
+
+    @property
+    def gateway(self) -> Gateway:
+        """The running gateway's state (test hooks such as ``before_resend``)."""
+        assert self.app is not None
+        return self.app[GATEWAY]
 
     def headers(self, lease: Lease | None = None, key: str = "k1", *,
                 api_key: str = API_KEY, resource: str | None = None,
@@ -177,7 +186,7 @@ async def make_gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
         http = aiohttp.ClientSession()
         sessions.append(http)
         return Gw(str(test_server.make_url("")).rstrip("/"), http, pool,
-                  LeaseClient(pool=pool, owner="worker-a"), smtp_sink, webhook_sink)
+                  LeaseClient(pool=pool, owner="worker-a"), smtp_sink, webhook_sink, app)
 
     yield start
     for http in sessions:

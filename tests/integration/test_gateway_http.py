@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import Awaitable, Callable
 
 import pytest
 from yarl import URL
@@ -105,9 +106,14 @@ async def test_an_unknown_provider_is_never_reached(gw: Gw) -> None:
     assert gw.hook.deliveries == []
 
 
-async def test_a_timeout_with_a_deduping_provider_is_resent_safely(gw: Gw) -> None:
-    """crm honours Idempotency-Key for a day: a resend after a timeout is safe,
-    and carries the same provider key."""
+async def test_a_timeout_with_a_deduping_provider_is_resent_safely(
+    make_gw: Callable[..., Awaitable[Gw]],
+) -> None:
+    """crm honours Idempotency-Key for a day: the caller's repeat of a key
+    whose attempt timed out is sent again, with the same provider key. (With
+    ``resend_attempts = 0``: the gateway's own resends are tests/integration/
+    test_resend_window.py.)"""
+    gw = await make_gw(providers={"crm": {"resend_attempts": 0}})
     lease = await gw.leases.claim("lead:7", ttl=30)
     assert lease is not None
     gw.hook.delay = PROVIDER_TIMEOUT + 0.3

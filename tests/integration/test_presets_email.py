@@ -148,9 +148,27 @@ async def test_an_answer_that_may_follow_the_send_leaves_it_unknown(
 
 async def test_resend_dedupes_the_resend_of_an_unknown_effect(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    """Resend remembers our key for 24 hours: the repeat is sent again with
-    the same key, Resend answers the first email's id, and one email exists."""
+    """Resend remembers our key for 24 hours: after a 500 that came once it
+    had sent the email, the gateway sends it again with the same key within
+    the request, Resend answers the first email's id, and one email exists."""
     gw = await gateway_with(make_gw, fakes, "resend")
+    fake = fakes["resend"]
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    fake.fail_next(500, {"statusCode": 500, "name": "application_error",
+                         "message": "An unexpected error occurred."}, acted=True)
+    status, _, body = await gw.email(lease, "k-resend", body={"provider": "resend"})
+    assert status == 200, body
+    assert len(fake.sent) == 1 and body["provider_message_id"] == fake.sent[0].id
+    assert fake.requests.count(("POST", "/emails")) == 2
+
+
+async def test_a_repeat_of_an_unknown_effect_is_resent_inside_the_window(
+        make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
+    """With ``resend_attempts = 0`` the gateway answers the 500 unknown; the
+    caller's repeat of the key, inside the window, is sent again with the same
+    key, and Resend answers the first email's id."""
+    gw = await gateway_with(make_gw, fakes, "resend", resend_attempts=0)
     fake = fakes["resend"]
     lease = await gw.leases.claim("run:1", ttl=30)
     assert lease is not None

@@ -15,7 +15,7 @@ import itertools
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -83,6 +83,12 @@ class FakeProvider:
         self.script: list[Scripted] = []
         #: seconds to wait after acting, before answering (a slow provider)
         self.delay = 0.0
+        #: how the next answers of requests it acted on are lost, in order:
+        #: "close" drops the connection, "stall" never answers (until close)
+        self.lose_answers: list[Literal["close", "stall"]] = []
+        #: awaited with each request as it arrives, before it is handled
+        self.on_request: Callable[[web.Request], Awaitable[None]] | None = None
+        self._closing = asyncio.Event()
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -109,6 +115,7 @@ class FakeProvider:
         return self
 
     async def close(self) -> None:
+        self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -136,7 +143,17 @@ class FakeProvider:
     def _recorded(self, handler: Handler) -> Handler:
         async def recorded(request: web.Request) -> web.StreamResponse:
             self.requests.append((request.method, request.path))
-            return await handler(request)
+            if self.on_request is not None:
+                await self.on_request(request)
+            response = await handler(request)
+            if self.lose_answers and 200 <= response.status < 300:
+                # it acted and remembered its answer (a key it dedupes on
+                # included); the answer never reaches the caller
+                if self.lose_answers.pop(0) == "stall":
+                    await self._closing.wait()
+                elif request.transport is not None:
+                    request.transport.abort()
+            return response
         return recorded
 
 
