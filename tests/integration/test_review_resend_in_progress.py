@@ -31,7 +31,7 @@ from tests.integration.conftest import Gw
 
 MakeGw = Callable[..., Awaitable[Gw]]
 #: the first request takes this long (the gateway's timeout is 1 s)
-WORK_SECONDS = 2.5
+WORK_SECONDS = 4.0
 
 
 class IetfIdempotentApi:
@@ -119,7 +119,7 @@ async def test_a_resend_answered_in_progress_is_not_the_effects_answer(
 async def test_no_newer_fence_while_the_first_attempt_is_still_being_acted_on(
         make_gw: MakeGw, api: IetfIdempotentApi) -> None:
     """Without the resend, the attempt that timed out is unknown and holds the
-    drain barrier until its deadline (more than 5 s here): the provider has
+    drain barrier until its deadline (more than 6 s here): the provider has
     acted by then. The resend's 409, recorded as a definite end, releases the
     barrier at once: the lease's holder gets a newer fence while the provider
     is still working on the fence-F request, which it then carries out."""
