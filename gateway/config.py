@@ -26,6 +26,9 @@ from .presets import (
     Preset,
 )
 
+#: the status a provider that dedupes on our key gives a key still held by an attempt
+CONFLICT = 409
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -108,6 +111,14 @@ class _ProviderCommon:
     def retry_window_seconds(self) -> float:
         """How long a resend of an unanswered effect stays safe (0: never)."""
         return self.idempotency_window_seconds if self.idempotency_header else 0.0
+
+    def retry_window_for(self, method: str, path: str) -> float:
+        """``retry_window_seconds`` for one request (``path`` below the base
+        URL): 0 where the preset says the provider ignores the key."""
+        endpoints = self.preset.idempotency.endpoints if self.preset is not None else ()
+        if endpoints and (method.upper(), path.split("?", 1)[0].strip("/")) not in endpoints:
+            return 0.0
+        return self.retry_window_seconds
 
 
 @dataclass(frozen=True)
@@ -301,6 +312,14 @@ def _http(r: _Reader, common: dict[str, Any], preset: Preset | None) -> HttpProv
                 from None
     resend_attempts = int(r.number("resend_attempts", DEFAULT_RESEND_ATTEMPTS, 0,
                                    MAX_RESEND_ATTEMPTS))
+    if common["idempotency_header"] and common["idempotency_window_seconds"] > 0:
+        # a provider that dedupes on our key answers 409 to a request whose key
+        # an earlier attempt still holds (the IETF Idempotency-Key draft,
+        # Stripe, Resend): that attempt may act yet, so the outcome is unknown
+        settings["unknown_statuses"] = \
+            settings.get("unknown_statuses", DEFAULT_UNKNOWN_STATUSES) | {CONFLICT}
+        settings["not_acted_statuses"] = \
+            settings.get("not_acted_statuses", DEFAULT_NOT_ACTED_STATUSES) - {CONFLICT}
     return HttpProviderConfig(**common, base_url=base_url.rstrip("/"), signing_secret=secret,
                               resend_attempts=resend_attempts, **settings)
 

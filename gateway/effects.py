@@ -75,6 +75,17 @@ class Effect:
     call: ProviderCall
     fingerprint: bytes
 
+    @property
+    def retry_window_seconds(self) -> float:
+        """How long the provider dedupes this request on our key (0: it does
+        not): the provider's window, unless its preset says this endpoint
+        ignores the key. An email goes to the email endpoint, which dedupes
+        wherever the preset has a window."""
+        call = self.call
+        if isinstance(call, HttpCall):
+            return self.provider.config.retry_window_for(call.method, call.path)
+        return self.provider.config.retry_window_seconds
+
     @classmethod
     def http(cls, client: str, headers: EffectHeaders, provider: Provider, *, method: str,
              path: str, query: str, forwarded: dict[str, str], body: bytes,
@@ -169,7 +180,7 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     attempt = new_attempt()
     admission = await gw.ledger.admit(
         call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
-        attempt, budget + gw.config.server.barrier_grace_seconds, cfg.retry_window_seconds,
+        attempt, budget + gw.config.server.barrier_grace_seconds, effect.retry_window_seconds,
     )
     verdict = admission.verdict
     if verdict != "admitted":
@@ -199,7 +210,8 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
                       reason="configured_rate")
 
     outcome = await send_once(gw, provider, call, deadline)
-    if outcome.kind == "unknown" and resend.resendable(cfg):
+    if outcome.kind == "unknown" and effect.retry_window_seconds > 0 and \
+            resend.resendable(cfg):
         outcome = await resend.resend(gw, provider, call, attempt, outcome, budget)
 
     state, label = _RECORDED[outcome.kind]

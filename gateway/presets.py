@@ -59,6 +59,10 @@ class Idempotency:
 
     header: str = ""
     window_seconds: float = 0.0
+    #: the requests (method, path below the base URL) the provider dedupes;
+    #: empty: every request. Elsewhere the key is ignored, so an unknown
+    #: outcome there is never sent again.
+    endpoints: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,10 @@ RESEND = Preset(
     name="resend", title="Resend (HTTP API)", kind="http",
     base_url="https://api.resend.com", email_api="resend",
     auth=Auth("bearer", env=("RESEND_API_KEY",)),
-    idempotency=Idempotency("Idempotency-Key", _DAY),
+    # "Idempotency keys are currently supported on the POST /emails and the
+    # POST /emails/batch endpoints": the rest of the API ignores the key
+    idempotency=Idempotency("Idempotency-Key", _DAY,
+                            frozenset({("POST", "emails"), ("POST", "emails/batch")})),
     # 409 concurrent_idempotent_requests: a request with the same key is still
     # being processed, so an earlier attempt of this effect reached Resend;
     # 409 invalid_idempotent_request cannot happen for one effect (its body is

@@ -44,3 +44,29 @@ def test_resends_back_off_with_jitter_within_the_cap() -> None:
     for n in range(1, 6):
         step = min(RESEND_BACKOFF_CAP_SECONDS, 0.5 * 2 ** (n - 1))
         assert step / 2 <= rules.backoff(n, rng) <= step
+
+
+def test_a_provider_that_dedupes_reads_409_as_unknown() -> None:
+    """409: an earlier attempt still holds our key at the provider (review:
+    a resend's 409 was recorded as the effect's failure)."""
+    dedupes = _provider(idempotency_window_seconds=86400)
+    assert isinstance(dedupes, gconfig.HttpProviderConfig)
+    assert 409 in dedupes.unknown_statuses and 409 not in dedupes.not_acted_statuses
+    plain = _provider(idempotency_header="")
+    assert isinstance(plain, gconfig.HttpProviderConfig)
+    assert 409 not in plain.unknown_statuses  # a business conflict: a definite answer
+
+
+def test_the_window_covers_only_the_endpoints_a_preset_says_dedupe(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resend dedupes on POST /emails and POST /emails/batch only (review: a
+    broadcast was resent and went out twice)."""
+    monkeypatch.setenv("RESEND_API_KEY", "re_test")
+    resend = gconfig.parse({"providers": {"r": {"kind": "http", "preset": "resend"}}}
+                           ).providers["r"]
+    assert resend.retry_window_for("POST", "emails") == 86400
+    assert resend.retry_window_for("post", "/emails/batch/") == 86400
+    assert resend.retry_window_for("POST", "broadcasts/b-1/send") == 0
+    assert resend.retry_window_for("GET", "emails") == 0
+    generic = _provider(idempotency_window_seconds=60)  # no preset: every request
+    assert generic.retry_window_for("DELETE", "anything/at/all") == 60
