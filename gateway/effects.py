@@ -158,7 +158,9 @@ async def _mind_the_pause(gw: Gateway, effect: Effect, started: float) -> None:
             RATE_LIMITED.labels(provider=name, reason="provider_paused").inc()
             _log(effect, "rate_limited", started, summary="provider paused")
             raise Problem("rate_limited", f"provider {name!r} asked for a pause (it answered "
-                          f"429); {left:.1f} s are left: nothing was sent, the key is free",
+                          f"429); {left:.1f} s are left: nothing was sent, and the key "
+                          "is as it was (a repeat after the pause gets what it would have "
+                          "got)",
                           headers={RETRY_AFTER: retry_after_header(left)},
                           reason="provider_paused")
         await asyncio.sleep(left)
