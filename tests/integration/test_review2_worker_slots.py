@@ -45,7 +45,7 @@ async def test_a_job_claimed_again_while_its_failed_run_ends_never_exceeds_concu
                         retry=RetryPolicy(max_attempts=5, base_seconds=0.001, cap_seconds=0.001),
                         rng=random.Random(1))
     flaky = await q.enqueue({"n": "flaky"})
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=0.25)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.25)
     await q.enqueue_many([NewJob({"n": n}, run_at=later) for n in range(3)])
     running = peak = 0
     seen: list[Any] = []
