@@ -1,0 +1,77 @@
+"""Review of a28ee4a (a slot frees when the handler returns): the worker
+counts its slots by job id (``Worker._handling``), and a job's task frees
+"its" id again in ``_process``'s ``finally``. A job that failed is back in
+the queue as soon as ``fail`` commits (after its backoff, which may be
+tiny); if this same worker claims it again before the first task has
+reached that ``finally`` (the answer of ``fail`` still on its way), the
+first task's ``finally`` frees the slot of the *second* run of the job,
+which is still running: the worker then claims one job more than its
+concurrency, and more than ``concurrency`` handlers run at once.
+
+Real PostgreSQL. The only thing shaped by the test is the moment the
+answer of ``fail`` reaches the worker: it committed, and its answer arrives
+0.6 s later (a slow network, a loaded machine) -- a window that exists,
+narrower, on every failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+from typing import Any
+
+import asyncpg
+
+from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker
+from leases.queue import Job
+
+LATE_ANSWER_SECONDS = 0.6
+
+
+class LateFailAnswers(Queue):
+    """A queue whose ``fail`` commits at once and whose answer is late."""
+
+    async def fail(self, job: Job, error: BaseException | str) -> str | None:
+        state = await super().fail(job, error)
+        await asyncio.sleep(LATE_ANSWER_SECONDS)
+        return state
+
+
+async def test_a_job_claimed_again_while_its_failed_run_ends_never_exceeds_concurrency(
+    pool: asyncpg.Pool,
+) -> None:
+    q = LateFailAnswers(LeaseClient(pool=pool, owner="w1"), "slots",
+                        retry=RetryPolicy(max_attempts=5, base_seconds=0.001, cap_seconds=0.001),
+                        rng=random.Random(1))
+    flaky = await q.enqueue({"n": "flaky"})
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.25)
+    await q.enqueue_many([NewJob({"n": n}, run_at=later) for n in range(3)])
+    running = peak = 0
+    seen: list[Any] = []
+
+    async def handler(job: Job) -> None:
+        nonlocal running, peak
+        seen.append((job.payload["n"], job.attempts))
+        if job.id == flaky and job.attempts == 1:
+            raise RuntimeError("first attempt fails")
+        running += 1
+        peak = max(peak, running)
+        try:
+            await asyncio.sleep(1.5)
+        finally:
+            running -= 1
+
+    worker = Worker(q, handler, concurrency=2, poll_min=0.01, poll_max=0.02, ttl=30)
+    task = asyncio.create_task(worker.run())
+    try:
+        for _ in range(400):
+            if (await q.stats()).get("completed") == 4:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        worker.stop()
+        await task
+    assert (await q.stats()) == {"completed": 4}, seen
+    assert peak <= 2, (f"{peak} handlers ran at once with concurrency 2: the failed run's "
+                       f"end freed the slot of the job's second run (runs: {seen})")
