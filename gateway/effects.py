@@ -27,6 +27,7 @@ from aiohttp import web
 from leases import clock
 
 from . import idempotency, resend
+from .config import SmtpProviderConfig
 from .deadline import Deadline
 from .ledger import Admission, FinalState, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
@@ -101,8 +102,14 @@ class Effect:
     def email(cls, client: str, headers: EffectHeaders, provider: Provider,
               email: EmailRequest, raw_body: bytes) -> Effect:
         call = EmailCall(client, headers.key, headers.resource, headers.fence, email=email)
+        # An HTTP provider also takes /v1/http/{provider}/email: an email is
+        # fingerprinted under a path no proxied request can have (they never
+        # start with "/"), so a repeat of the key on the other route is a
+        # different request (422), not this one. SMTP keeps the fingerprint
+        # of earlier releases, so keys recorded by them still match.
+        path = "email" if isinstance(provider.config, SmtpProviderConfig) else "/v1/email"
         return cls(provider, call, idempotency.fingerprint(
-            provider.config.name, "POST", "email",
+            provider.config.name, "POST", path,
             idempotency.canonical_body(raw_body, "application/json")))
 
 
@@ -171,12 +178,12 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     provider, call = effect.provider, effect.call
     cfg = provider.config
     started = time.monotonic()
-    await _mind_the_pause(gw, effect, started)
     if gw.ledger.outcomes.pending(call.client, call.key) is not None:
         # this process answered the key a moment ago and is still writing its
         # record: the admission must see it (a replay, or unknown), not "in
-        # progress". Waited for before the deadline is taken.
+        # progress". Waited for before the pause and the deadline.
         await gw.ledger.settled(call.client, call.key)
+    await _mind_the_pause(gw, effect, started)
     budget = budget_seconds(gw, provider)
     deadline = Deadline(clock.now() + budget)  # before the admission is sent
     attempt = new_attempt()

@@ -590,7 +590,7 @@ class Lease:
         if lost is None:
             await self._stop_keeper()
             if not self._released:
-                with contextlib.suppress(Unavailable):
+                with contextlib.suppress(Unavailable, Busy):
                     await self.release()  # best effort: otherwise it lapses at expiry
             return False
         # lost: nothing more is awaited here, so nothing more can be cancelled

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from . import database, observe
-from .errors import LeaseLost, Unavailable
+from .errors import Busy, LeaseLost, Unavailable
 from .queue import Job, Queue
 from .retry import sanitize_error
 
@@ -108,9 +108,11 @@ class Worker:
         self._stopping = asyncio.Event()
         self._jobs_arrived = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
-        #: jobs whose handler runs (or has not yet been called): the slots taken.
-        #: A job whose completion is being recorded no longer takes one.
-        self._handling: set[int] = set()
+        #: one token per run of a job whose handler runs (or has not yet been
+        #: called): the slots taken. A run whose completion is being recorded
+        #: no longer takes one. (Not the job id: a job that failed can be
+        #: claimed again, and run again, before its first run has ended.)
+        self._handling: set[object] = set()
         self._slot_free = asyncio.Event()
         #: set after every backstop pass (a test hook)
         self.backstop_passed = asyncio.Event()
@@ -156,7 +158,10 @@ class Worker:
     async def _claim_loop(self) -> None:
         idle = self.poll_min
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._handling)
+            # handlers at most `concurrency`; runs whose completions are still
+            # being recorded (a slow database) at most as many again
+            free = min(self.concurrency - len(self._handling),
+                       2 * self.concurrency - len(self._running))
             if free <= 0:
                 self._slot_free.clear()
                 await self._wait(self._slot_free.wait(), None)
@@ -171,8 +176,9 @@ class Worker:
                     exc_info=not isinstance(exc, Unavailable))
                 jobs = []
             for job in jobs:
-                self._handling.add(job.id)
-                task = asyncio.get_running_loop().create_task(self._process(job))
+                slot = object()
+                self._handling.add(slot)
+                task = asyncio.get_running_loop().create_task(self._process(job, slot))
                 self._running.add(task)
                 task.add_done_callback(self._done)
             if jobs:
@@ -226,22 +232,23 @@ class Worker:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
+        self._slot_free.set()
 
-    def _handled(self, job: Job) -> None:
-        """The handler of ``job`` has returned: its slot is free for the next
-        job while the completion is recorded (the claim of the next job and
-        the completion of this one go to the database side by side)."""
-        if job.id in self._handling:
-            self._handling.discard(job.id)
+    def _handled(self, slot: object) -> None:
+        """A handler has returned: its slot is free for the next job while the
+        completion is recorded (the claim of the next job and the completion
+        of this one go to the database side by side)."""
+        if slot in self._handling:
+            self._handling.discard(slot)
             self._slot_free.set()
 
-    async def _process(self, job: Job) -> None:
+    async def _process(self, job: Job, slot: object) -> None:
         try:
-            await self._run_job(job)
+            await self._run_job(job, slot)
         finally:
-            self._handled(job)
+            self._handled(slot)
 
-    async def _run_job(self, job: Job) -> None:
+    async def _run_job(self, job: Job, slot: object) -> None:
         try:
             async with job.lease:
                 try:
@@ -258,7 +265,7 @@ class Worker:
                             "owner": job.lease.owner, "attempt": job.attempts, "now": state})
                 else:
                     completed = self._completions.complete(job, result)
-                    self._handled(job)
+                    self._handled(slot)
                     if not await completed:
                         log.warning("job %s of queue %s completed under fence %s, no longer "
                                     "current: not counted", job.id, job.queue, job.fence,
@@ -269,7 +276,7 @@ class Worker:
                         "was cancelled", job.id, job.queue, job.fence, lost.reason,
                         extra={"queue": job.queue, "job": job.id, "fence": job.fence,
                                "owner": job.lease.owner, "reason": lost.reason})
-        except Unavailable as exc:
+        except (Unavailable, Busy) as exc:
             # completion could not be recorded: the lease lapses and the job is
             # recovered and run again (at-least-once; effects are fenced)
             log.warning("could not record the job's end", extra={

@@ -102,6 +102,25 @@ async def test_a_repeat_is_replayed_and_nothing_is_sent_again(
     assert len(fakes[name].sent) == 1
 
 
+async def test_an_emails_key_repeated_on_the_providers_http_route_is_another_request(
+        make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
+    """Review: /v1/email and /v1/http/resend/email with the same body had the
+    same fingerprint, so the key's repeat on the other route counted as the
+    same request (an unknown email could be re-admitted there, answered 404,
+    and recorded failed). It is another request: 422, nothing sent."""
+    gw = await gateway_with(make_gw, fakes, "resend")
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    body = {"provider": "resend", "from": "Agent <agent@example.com>",
+            "to": ["lead@example.com"], "subject": "Hello", "text": "Hi there"}
+    status, _, _ = await gw.post("/v1/email", gw.headers(lease, "one-key"), json=body)
+    assert status == 200
+    status, _, answer = await gw.post("/v1/http/resend/email", gw.headers(lease, "one-key"),
+                                      json=body)
+    assert (status, answer["code"]) == (422, "idempotency_key_reused")
+    assert len(fakes["resend"].sent) == 1
+
+
 @pytest.mark.parametrize("name", EMAIL_PRESETS)
 async def test_the_answer_has_the_same_shape_as_over_smtp(
         make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str) -> None:
