@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from gateway.idempotency import message_id
-from leases import LeaseClient
+from leases import LeaseClient, sql
 from tests.integration.conftest import Gw
 from tests.support.faultproxy import FaultProxy
 
@@ -30,10 +30,12 @@ async def proxy(dsn: str) -> AsyncIterator[FaultProxy]:
 
 
 async def _warm(gw: Gw, lease: object) -> None:
-    """One effect first, so the gateway's connection has its statements
-    prepared: each later statement is then one round trip, and a fault on the
-    link strikes the statement itself rather than its preparation (asyncpg's
-    pool hands out the connection used last)."""
+    """One effect first, then the admission prepared on every connection of
+    the gateway's pool: each later statement is one round trip, and a fault on
+    the link strikes the statement itself rather than its preparation. (Only
+    warming the connection used last was not enough: the purge loop's first
+    pass could be the last to hand its connection back, and the admission then
+    took two delayed round trips.)"""
     status, _, _ = await gw.request("POST", "/v1/http/hook/warm", gw.headers(lease, "warm-up"),
                                     json={})  # type: ignore[arg-type]
     assert status == 200
@@ -42,6 +44,15 @@ async def _warm(gw: Gw, lease: object) -> None:
                                   "WHERE idempotency_key = 'warm-up'") == "succeeded":
             break
         await asyncio.sleep(0.01)
+    pool = gw.gateway.pool
+    held = [await pool.acquire() for _ in range(pool.get_size())]
+    try:
+        for conn in held:  # a resource with no lease: verdict no_lease, nothing written
+            await conn.fetchrow(sql.query("admit_effect"), "warm", "warm", b"", "warm:none",
+                                1, "hook", 1, 1.0, 0.0, 0.0)
+    finally:
+        for conn in held:
+            await pool.release(conn)
     gw.hook.deliveries.clear()
 
 
