@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from gateway.idempotency import message_id
-from leases import LeaseClient, sql
+from leases import Lease, LeaseClient, sql
 from tests.integration.conftest import Gw
 from tests.support.faultproxy import FaultProxy
 
@@ -29,7 +29,7 @@ async def proxy(dsn: str) -> AsyncIterator[FaultProxy]:
     await p.close()
 
 
-async def _warm(gw: Gw, lease: object) -> None:
+async def _warm(gw: Gw, lease: Lease) -> None:
     """One effect first, then the admission prepared on every connection of
     the gateway's pool: each later statement is one round trip, and a fault on
     the link strikes the statement itself rather than its preparation. (Only
@@ -37,7 +37,7 @@ async def _warm(gw: Gw, lease: object) -> None:
     pass could be the last to hand its connection back, and the admission then
     took two delayed round trips.)"""
     status, _, _ = await gw.request("POST", "/v1/http/hook/warm", gw.headers(lease, "warm-up"),
-                                    json={})  # type: ignore[arg-type]
+                                    json={})
     assert status == 200
     for _ in range(200):  # the record is written behind the answer: let it land
         if await gw.pool.fetchval("SELECT state FROM fencegate_effects "
