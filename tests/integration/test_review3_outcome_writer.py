@@ -1,0 +1,160 @@
+"""Review 3: the outcome writer (gateway/ledger.py, OutcomeWriter) behind the
+answer.
+
+A provider's answer header with bytes that are not UTF-8 (a legacy server's
+``Content-Disposition: attachment; filename="résumé.pdf"`` in Latin-1, which
+HTTP allows as obs-text) reaches the gateway as a str with lone surrogates
+(aiohttp decodes with surrogateescape). The outcome record carries the kept
+headers as JSON; PostgreSQL's jsonb refuses the lone surrogate escapes, a
+``PostgresError`` that is neither ``Unavailable`` nor ``Busy``: the record
+never lands, and the writer's task dies with every record of its batch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from tests.integration.conftest import PROVIDER_TIMEOUT, Gw
+
+LATIN1_ANSWER = (b"HTTP/1.1 200 OK\r\n"
+                 b"Content-Type: application/json\r\n"
+                 b"Content-Disposition: attachment; filename=\"r\xe9sum\xe9.pdf\"\r\n"
+                 b"Content-Length: 12\r\n"
+                 b"Connection: close\r\n\r\n"
+                 b"{\"ok\": true}")
+
+
+class LegacyPeer:
+    """A real HTTP peer on loopback that answers every request 200 with a
+    Latin-1 Content-Disposition, and counts the requests."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def _handle(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length, chunked = 0, False
+            for line in head.split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+                if name.strip().lower() == b"transfer-encoding":
+                    chunked = b"chunked" in value.lower()
+            if chunked:
+                await reader.readuntil(b"0\r\n\r\n")
+            elif length:
+                await reader.readexactly(length)
+            self.requests += 1
+            writer.write(LATIN1_ANSWER)
+            await writer.drain()
+        finally:
+            writer.close()
+
+    async def start(self) -> LegacyPeer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+
+@pytest.fixture
+async def legacy() -> AsyncIterator[LegacyPeer]:
+    peer = await LegacyPeer().start()
+    yield peer
+    await peer.close()
+
+
+async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
+    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,
+) -> None:
+    gw = await make_gw(providers={"legacy": {
+        "kind": "http", "base_url": f"http://127.0.0.1:{legacy.port}/api",
+        "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
+        "idempotency_header": ""}})
+    lease = await gw.leases.claim("run:latin1", ttl=60)
+    assert lease is not None
+
+    status, _, body = await gw.post("/v1/http/legacy/doc", gw.headers(lease, "latin1"),
+                                    json={"n": 1})
+    assert legacy.requests == 1
+    assert status == 200, body
+
+    # the record lands behind the answer: give it ample time
+    state = None
+    for _ in range(40):
+        state = await gw.pool.fetchval("SELECT state FROM fencegate_effects "
+                                       "WHERE idempotency_key = 'latin1'")
+        if state != "in_flight":
+            break
+        await asyncio.sleep(0.05)
+    assert state == "succeeded", "the provider answered 200; the record never landed"
+
+    # a repeat in the same process is the replay (docs/gateway.md), nothing sent
+    status, headers, _ = await gw.post("/v1/http/legacy/doc", gw.headers(lease, "latin1"),
+                                       json={"n": 1})
+    assert (status, headers.get("Idempotent-Replayed")) == (200, "true")
+    assert legacy.requests == 1
+
+
+async def test_one_unrecordable_answer_does_not_lose_the_records_batched_with_it(
+    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,
+) -> None:
+    """The writer's statement for effect A is held up (its lease row is
+    locked elsewhere for a moment); meanwhile the latin-1 answer and an
+    ordinary webhook's answer gather into the next batch. The ordinary one's
+    record must land: its caller had a 200, a repeat must be the replay."""
+    gw = await make_gw(providers={"legacy": {
+        "kind": "http", "base_url": f"http://127.0.0.1:{legacy.port}/api",
+        "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
+        "idempotency_header": ""}})
+    held, poison, innocent = [await gw.leases.claim(f"run:{n}", ttl=60)
+                              for n in ("held", "poison", "innocent")]
+    assert held is not None and poison is not None and innocent is not None
+
+    locker = await gw.pool.acquire()
+    tx = locker.transaction()
+    locked = asyncio.Event()
+
+    async def lock_held_row() -> None:
+        await tx.start()
+        await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = 'run:held' "
+                             "FOR NO KEY UPDATE")
+        locked.set()
+
+    try:
+        # the lock is taken once A is admitted, before A's record is written
+        gw.hook.on_request = lambda _: asyncio.get_running_loop().create_task(
+            lock_held_row()) and None
+        gw.hook.delay = 0.2
+        status, _, _ = await gw.post("/v1/http/hook/a", gw.headers(held, "a"), json={"n": 1})
+        assert status == 200 and locked.is_set()
+        gw.hook.on_request, gw.hook.delay = None, 0.0
+
+        status, _, _ = await gw.post("/v1/http/legacy/doc", gw.headers(poison, "poison"),
+                                     json={"n": 1})
+        assert status == 200
+        status, _, _ = await gw.post("/v1/http/hook/b", gw.headers(innocent, "innocent"),
+                                     json={"n": 2})
+        assert status == 200
+    finally:
+        await tx.rollback()
+        await gw.pool.release(locker)
+
+    state = None
+    for _ in range(40):
+        state = await gw.pool.fetchval("SELECT state FROM fencegate_effects "
+                                       "WHERE idempotency_key = 'innocent'")
+        if state != "in_flight":
+            break
+        await asyncio.sleep(0.05)
+    assert state == "succeeded", "an ordinary 200's record was lost with the batch"
