@@ -153,8 +153,9 @@ class Ledger:
               answer: StoredAnswer | None, summary: str | None) -> tuple[Any, ...]:
         return (client, key, attempt, resource, state,
                 answer.status if answer else None,
-                json.dumps(answer.headers) if answer else None,
-                answer.body if answer else None, summary)
+                json.dumps({_text(h): _text(v) for h, v in answer.headers.items()})
+                if answer else None,
+                answer.body if answer else None, None if summary is None else _text(summary))
 
     async def finish(self, client: str, key: str, attempt: int, resource: str,
                      state: FinalState, answer: StoredAnswer | None,
@@ -167,8 +168,8 @@ class Ledger:
         is safe: the end of one attempt counts once."""
         recorded = self.outcomes.add(self._args(client, key, attempt, resource, state, answer,
                                                 summary))
-        if state == "free":
-            with contextlib.suppress(Unavailable, Busy, TimeoutError):
+        if state == "free":  # not landed (logged): the key reads in flight, then unknown
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(recorded), self.timeout)
 
     def free_unsent(self, client: str, key: str, attempt: int, resource: str) -> None:
@@ -265,6 +266,21 @@ class Ledger:
         return n
 
 
+def _text(value: str) -> str:
+    """``value`` as text PostgreSQL stores. A provider's header that was not
+    UTF-8 reaches us with its bytes kept as lone surrogates (aiohttp decodes
+    with surrogateescape), which neither jsonb nor text accepts: read those
+    bytes as Latin-1, as HTTP reads header bytes (RFC 9110, obs-text)."""
+    try:
+        value.encode()
+        return value
+    except UnicodeEncodeError:
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("latin-1")
+        except UnicodeEncodeError:  # surrogates no decoder made: replaced
+            return value.encode("utf-8", "replace").decode()
+
+
 def effect_view(row: asyncpg.Record) -> dict[str, Any]:
     """An effect as operators see it (JSON-ready)."""
     out: dict[str, Any] = {}
@@ -273,6 +289,21 @@ def effect_view(row: asyncpg.Record) -> dict[str, Any]:
     out["provider_response"] = {"status": out.pop("response_status"),
                                 "summary": out.pop("summary")}
     return out
+
+
+#: one attempt's end waiting to be recorded: its arguments, who waits, since when
+_Entry = tuple[tuple[Any, ...], asyncio.Future[None], float]
+
+
+def _give_up(entry: _Entry, exc: BaseException) -> None:
+    """A record that will not land: the effect reads in flight, then unknown
+    (never sent again); whoever waits for it is told."""
+    args, fut, _ = entry
+    if not fut.done():
+        fut.set_exception(exc)
+    log.error("could not record an effect's outcome; it will read as unknown",
+              extra={"client": args[0], "key": args[1], "state": args[4],
+                     "error": type(exc).__name__})
 
 
 class OutcomeWriter:
@@ -285,7 +316,7 @@ class OutcomeWriter:
 
     def __init__(self, db: LeaseClient) -> None:
         self.db = db
-        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[None], float]] = []
+        self._pending: list[_Entry] = []
         #: (client, key) → the record not landed yet
         self._by_key: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._wake: asyncio.Event | None = None
@@ -335,23 +366,41 @@ class OutcomeWriter:
             except (Unavailable, Busy) as exc:
                 now = loop.time()
                 for entry in batch:
-                    args, fut, since = entry
-                    if now - since < RECORD_RETRY_SECONDS:
+                    if now - entry[2] < RECORD_RETRY_SECONDS:
                         self._pending.append(entry)  # again in a second
-                    elif not fut.done():
-                        fut.set_exception(exc)
-                        log.error("could not record an effect's outcome; it will read as "
-                                  "unknown", extra={"client": args[0], "key": args[1],
-                                                    "state": args[4]})
+                    else:
+                        _give_up(entry, exc)
                 await asyncio.sleep(1)
                 continue
-            busy = [e for e, d in zip(batch, done, strict=True) if d == "busy"]
-            for (_, fut, _), d in zip(batch, done, strict=True):
-                if d != "busy" and not fut.done():
-                    fut.set_result(None)
-            if busy:
-                self._pending.extend(busy)
+            except Exception as exc:  # the database refused a record: never the loop's end
+                if len(batch) == 1:
+                    _give_up(batch[0], exc)
+                else:  # one refused record must not take the others with it
+                    await self._each_alone(batch)
+                continue
+            if self._landed(batch, done):
                 await asyncio.sleep(0.005)  # a lease row held elsewhere: not a spin
+
+    def _landed(self, batch: list[_Entry], done: list[str]) -> bool:
+        """Settle what was recorded; requeue what found its lease row held
+        elsewhere (``busy``), and say whether any did."""
+        busy = [e for e, d in zip(batch, done, strict=True) if d == "busy"]
+        for (_, fut, _), d in zip(batch, done, strict=True):
+            if d != "busy" and not fut.done():
+                fut.set_result(None)
+        self._pending.extend(busy)
+        return bool(busy)
+
+    async def _each_alone(self, batch: list[_Entry]) -> None:
+        for entry in batch:
+            try:
+                done = await self._write([entry[0]])
+            except (Unavailable, Busy):
+                self._pending.append(entry)
+            except Exception as exc:
+                _give_up(entry, exc)
+            else:
+                self._landed([entry], done)
 
     async def _write(self, batch: list[tuple[Any, ...]]) -> list[str]:
         if len(batch) == 1:
@@ -368,5 +417,5 @@ class OutcomeWriter:
                 await asyncio.wait_for(self._idle.wait(), timeout)
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task

@@ -158,3 +158,78 @@ async def test_one_unrecordable_answer_does_not_lose_the_records_batched_with_it
             break
         await asyncio.sleep(0.05)
     assert state == "succeeded", "an ordinary 200's record was lost with the batch"
+
+
+async def test_a_record_the_database_refuses_fails_alone_and_the_writer_lives_on(
+    make_gw: Callable[..., Awaitable[Gw]],
+) -> None:
+    """Any record PostgreSQL refuses (here a trigger refuses one effect's
+    end, as a constraint would) fails alone: the records batched with it
+    land, the refused effect stays in flight (then unknown, never sent
+    again), and later records still land."""
+    gw = await make_gw()
+    await gw.pool.execute("""
+        CREATE FUNCTION review3_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+        CREATE TRIGGER review3_refuse BEFORE UPDATE ON fencegate_effects FOR EACH ROW
+          WHEN (NEW.idempotency_key = 'refused' AND OLD.state = 'in_flight'
+                AND NEW.state <> 'in_flight')
+          EXECUTE FUNCTION review3_refuse();""")
+    try:
+        held, refused, innocent, later = [await gw.leases.claim(f"run:{n}", ttl=60)
+                                          for n in ("held", "refused", "innocent", "later")]
+        assert held and refused and innocent and later
+        locker = await gw.pool.acquire()
+        tx = locker.transaction()
+        locked = asyncio.Event()
+
+        async def lock_held_row() -> None:
+            await tx.start()
+            await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = 'run:held' "
+                                 "FOR NO KEY UPDATE")
+            locked.set()
+
+        try:  # A's record waits for the row lock; the next two gather behind it
+            gw.hook.on_request = lambda _: asyncio.get_running_loop().create_task(
+                lock_held_row()) and None
+            gw.hook.delay = 0.2
+            status, _, _ = await gw.post("/v1/http/hook/a", gw.headers(held, "a"),
+                                         json={"n": 1})
+            assert status == 200 and locked.is_set()
+            gw.hook.on_request, gw.hook.delay = None, 0.0
+            for lease, key in ((refused, "refused"), (innocent, "innocent")):
+                status, _, _ = await gw.post("/v1/http/hook/x", gw.headers(lease, key),
+                                             json={"n": 2})
+                assert status == 200
+        finally:
+            await tx.rollback()
+            await gw.pool.release(locker)
+
+        states = await _states_once_landed(gw, ("a", "innocent"))
+        assert states == {"a": "succeeded", "innocent": "succeeded"}
+        status, _, _ = await gw.post("/v1/http/hook/x", gw.headers(later, "later"),
+                                     json={"n": 3})
+        assert status == 200
+        assert await _states_once_landed(gw, ("later",)) == {"later": "succeeded"}
+        assert await gw.pool.fetchval("SELECT state FROM fencegate_effects "
+                                      "WHERE idempotency_key = 'refused'") == "in_flight"
+        # its repeat is not sent again
+        status, _, body = await gw.post("/v1/http/hook/x", gw.headers(refused, "refused"),
+                                        json={"n": 2})
+        assert (status, body["code"]) == (409, "effect_in_progress")
+        assert [d.path for d in gw.hook.deliveries].count("/hook/x") == 3
+    finally:
+        await gw.pool.execute("DROP TRIGGER review3_refuse ON fencegate_effects; "
+                              "DROP FUNCTION review3_refuse()")
+
+
+async def _states_once_landed(gw: Gw, keys: tuple[str, ...]) -> dict[str, str]:
+    states: dict[str, str] = {}
+    for _ in range(100):
+        states = {r[0]: r[1] for r in await gw.pool.fetch(
+            "SELECT idempotency_key, state FROM fencegate_effects "
+            "WHERE idempotency_key = ANY($1::text[])", list(keys))}
+        if len(states) == len(keys) and "in_flight" not in states.values():
+            break
+        await asyncio.sleep(0.05)
+    return states
