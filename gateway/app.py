@@ -94,6 +94,9 @@ async def _answered(request: web.Request, handler: Handler,
         return Problem("not_found", "no such route").response()
     except web.HTTPMethodNotAllowed:
         return Problem("method_not_allowed", "method not allowed on this route").response()
+    except web.HTTPRequestEntityTooLarge:  # aiohttp's own bound (a form read whole)
+        return Problem("payload_too_large", f"the body is larger than "
+                       f"{request.app[GATEWAY].config.server.max_body_bytes} bytes").response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -104,6 +104,17 @@ async def test_only_operators_get_in_and_the_key_stays_out_of_urls(console: Cons
         assert r.status == 403
 
 
+async def test_an_oversized_login_form_is_payload_too_large(console: Console) -> None:
+    """aiohttp's own bound on a form read whole is the contract's 413, a
+    problem document like every other answer."""
+    async with console.http.post(console.url + "/console/login",
+                                 data={"api_key": "k" * (70 * 1024)},
+                                 headers={"Origin": console.url}, allow_redirects=False) as r:
+        body = await r.json(content_type=None)
+        assert (r.status, body["code"]) == (413, "payload_too_large")
+        assert r.headers["Content-Type"].startswith("application/problem+json")
+
+
 def test_sessions_are_signed_and_expire() -> None:
     secret = b"s" * 32
     s = session.Session("ops", "h", 2000, "n")
