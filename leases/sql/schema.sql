@@ -43,10 +43,12 @@ CREATE TABLE fencegate_leases (
 -- (p_same_owner) its live lease is the caller's, and no effect of the
 -- previous fence is still in flight (the drain barrier). The new fence is one
 -- more than the last, and never below the database clock in microseconds.
+-- ROWS 1: what it returns, for the planner (a job claim joins it to the jobs
+-- by primary key rather than scanning them all).
 CREATE FUNCTION fencegate_claim_lease(
     p_resource text, p_owner text, p_ttl double precision, p_same_owner boolean
 ) RETURNS SETOF fencegate_leases
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE sql VOLATILE ROWS 1 AS $$
     INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
     VALUES (p_resource, p_owner, fencegate_next_fence(0), clock_timestamp(),
             clock_timestamp() + make_interval(secs => p_ttl))

@@ -38,7 +38,7 @@ async def describe(conn: asyncpg.Connection) -> dict[str, Any]:
          WHERE tablename LIKE 'fencegate\\_%' AND tablename <> 'fencegate_migrations'""")
     functions = await conn.fetch("""
         SELECT proname, pg_get_function_identity_arguments(oid), pg_get_function_result(oid),
-               prosrc, provolatile
+               prosrc, provolatile, prorows
           FROM pg_proc WHERE proname LIKE 'fencegate\\_%'""")
     triggers = await conn.fetch("""
         SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger
@@ -47,7 +47,8 @@ async def describe(conn: asyncpg.Connection) -> dict[str, Any]:
         "columns": sorted(tuple(r) for r in tables),
         "constraints": sorted(tuple(r) for r in constraints),
         "indexes": sorted(tuple(r) for r in indexes),
-        "functions": sorted((r[0], r[1], r[2], _normalised(r[3]), r[4]) for r in functions),
+        "functions": sorted((r[0], r[1], r[2], _normalised(r[3]), r[4], r[5])
+                            for r in functions),
         "triggers": sorted(tuple(r) for r in triggers),
     }
 
