@@ -114,11 +114,19 @@ class Ledger:
         args: _AdmitArgs = (client, key, fingerprint, resource, fence, provider, attempt,
                             deadline_seconds, retry_window_seconds)
         try:
-            admission = await self._admissions(args)
-            if admission.verdict == "busy":  # its lease row was held: alone, waiting
+            batched: Admission | None
+            try:
+                batched = await self._admissions(args)
+            except asyncpg.DeadlockDetectedError:
+                # two statements crossed on the same keys (each locks its lease
+                # rows in order, skipping held ones, but waits for a key another
+                # holds): this one committed nothing. Alone, it cannot cross.
+                batched = None
+            if batched is None or batched.verdict == "busy":  # alone, waiting
                 row = await self.db.fetchrow("admit_effect", *args, RESEND_MARGIN_SECONDS)
                 assert row is not None
-                admission = _admission(row)
+                batched = _admission(row)
+            admission = batched
         except (Unavailable, asyncio.CancelledError):
             self.free_unsent(client, key, attempt, resource)
             raise

@@ -1,0 +1,60 @@
+"""Two admission statements that cross on the same keys (third review).
+
+Each batch locks its lease rows in name order and skips those held
+elsewhere, so batches never wait on each other's lease rows; they can still
+wait on each other's idempotency keys. Batch A admits K on R1 then J on R3;
+batch B (another gateway process) admits J on R2 then K on R4: A holds K
+and waits for J, B holds J and waits for K, and PostgreSQL ends one of them
+with a deadlock error. That statement committed nothing, so its callers are
+admitted again one at a time (alone, a statement cannot cross another):
+every caller gets a verdict, never 500, and each key is admitted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from gateway.ledger import Ledger, new_attempt
+from leases import LeaseClient
+
+
+async def test_batches_that_cross_on_their_keys_answer_every_caller(
+    pool: asyncpg.Pool,
+) -> None:
+    leases = LeaseClient(pool=pool, owner="worker", timeout=10)
+    fences = {}
+    for r in ("run:1", "run:2", "run:3", "run:4"):
+        lease = await leases.claim(r, ttl=60)
+        assert lease is not None
+        fences[r] = lease.fence
+    # each batch's first insert waits a moment, so both hold their first key
+    # before either reaches its second: the crossing, every time
+    await pool.execute("""
+        CREATE FUNCTION cross_pause() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
+        CREATE TRIGGER cross_pause AFTER INSERT ON fencegate_effects FOR EACH ROW
+          WHEN ((NEW.idempotency_key, NEW.resource) IN (('K', 'run:1'), ('J', 'run:2')))
+          EXECUTE FUNCTION cross_pause();""")
+    a = Ledger(LeaseClient(pool=pool, owner="gateway-a", timeout=10))
+    b = Ledger(LeaseClient(pool=pool, owner="gateway-b", timeout=10))
+
+    def admit(ledger: Ledger, key: str, resource: str) -> asyncio.Future[object]:
+        return asyncio.ensure_future(ledger.admit(
+            "agents", key, key.encode(), resource, fences[resource], "hook", new_attempt(),
+            5.0, 0.0))
+
+    calls = [admit(a, "K", "run:1"), admit(a, "J", "run:3"),
+             admit(b, "J", "run:2"), admit(b, "K", "run:4")]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors
+    verdicts = [r.verdict for r in results]  # type: ignore[union-attr]
+    # each key admitted once; its other caller told so (in progress, or a key
+    # reused on another resource), never a second admission
+    assert sorted(verdicts).count("admitted") == 2, verdicts
+    rows = await pool.fetch("SELECT idempotency_key, state FROM fencegate_effects")
+    assert sorted(tuple(r) for r in rows) == [("J", "in_flight"), ("K", "in_flight")]
+    await a.drain()
+    await b.drain()
