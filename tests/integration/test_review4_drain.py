@@ -1,0 +1,50 @@
+"""Review 4: the outcome writer at shutdown (gateway/ledger.py,
+``OutcomeWriter.drain``; commit c6e9a05 made it swallow the writer's errors).
+
+``drain`` is to wait, up to its timeout, until every record queued is
+recorded. It waits only while records are still *queued*: a record the
+writer has already taken into a statement (here one waiting a moment for its
+lease row, which a claim or a batch holds) is not waited for; the writer is
+cancelled under it and the record is lost. The caller had its 200; the
+effect now reads in flight, then unknown, and a repeat of the key gets 409
+where it should get the replay."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+
+from gateway.ledger import Ledger, StoredAnswer, new_attempt
+from leases import LeaseClient
+
+
+async def test_drain_waits_for_the_record_being_written(pool: asyncpg.Pool) -> None:
+    leases = LeaseClient(pool=pool, owner="worker", timeout=10)
+    lease = await leases.claim("run:drain", ttl=60)
+    assert lease is not None
+    ledger = Ledger(LeaseClient(pool=pool, owner="gateway", timeout=5))
+    attempt = new_attempt()
+    admission = await ledger.admit("agents", "k", b"k", "run:drain", lease.fence, "hook",
+                                   attempt, 5.0, 0.0)
+    assert admission.verdict == "admitted"
+
+    locker = await pool.acquire()
+    tx = locker.transaction()
+    await tx.start()
+    try:  # the lease row is held elsewhere for 0.3 s
+        await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = 'run:drain' "
+                             "FOR NO KEY UPDATE")
+        await ledger.finish("agents", "k", attempt, "run:drain", "succeeded",
+                            StoredAnswer(200, {"Content-Type": "text/plain"}, b"ok"), "http 200")
+        await asyncio.sleep(0.1)  # the writer has sent the record; it waits for the row
+        drained = asyncio.ensure_future(ledger.drain())  # shutdown, with 5 s to spare
+        await asyncio.sleep(0.3)
+    finally:
+        await tx.rollback()
+        await pool.release(locker)
+    await drained
+
+    state = await pool.fetchval("SELECT state FROM fencegate_effects "
+                                "WHERE idempotency_key = 'k'")
+    assert state == "succeeded", "drain cancelled the record it should have waited for"

@@ -1,0 +1,51 @@
+"""Review 4: a provider header that is not UTF-8, stored read as Latin-1
+(gateway/ledger.py ``_text``, commit c6e9a05).
+
+The first answer is written from the str aiohttp decoded (the Latin-1 bytes
+kept as lone surrogates), and aiohttp's writer drops those: the caller gets
+``filename="rsum.pdf"``. The record stores the header read as Latin-1
+("résumé.pdf"), which a replay writes as UTF-8. A repeat of the key is meant
+to be the same answer (the stored answer, again), but its Content-Disposition
+names another file than the first answer did."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+
+from tests.integration.conftest import PROVIDER_TIMEOUT, Gw
+from tests.integration.test_review3_outcome_writer import LegacyPeer, legacy  # noqa: F401
+
+
+async def _raw(gw: Gw, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes]]:
+    async with aiohttp.ClientSession() as http, http.post(
+            gw.url + "/v1/http/legacy/doc", headers=headers, json={"n": 1}) as r:
+        await r.read()
+        return r.status, {k.lower(): v for k, v in r.raw_headers}
+
+
+async def test_a_replay_hands_back_the_header_bytes_the_first_answer_had(
+    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,  # noqa: F811
+) -> None:
+    gw = await make_gw(providers={"legacy": {
+        "kind": "http", "base_url": f"http://127.0.0.1:{legacy.port}/api",
+        "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
+        "idempotency_header": ""}})
+    lease = await gw.leases.claim("run:latin1", ttl=60)
+    assert lease is not None
+
+    status, first = await _raw(gw, gw.headers(lease, "latin1"))
+    assert status == 200
+    for _ in range(100):  # the record lands behind the answer
+        if await gw.pool.fetchval("SELECT state FROM fencegate_effects "
+                                  "WHERE idempotency_key = 'latin1'") == "succeeded":
+            break
+        await asyncio.sleep(0.05)
+
+    status, again = await _raw(gw, gw.headers(lease, "latin1"))
+    assert (status, again.get(b"idempotent-replayed")) == (200, b"true")
+    assert legacy.requests == 1
+    # the same answer, byte for byte: not the file name re-encoded as UTF-8
+    assert again[b"content-disposition"] == first[b"content-disposition"]
