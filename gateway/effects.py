@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from aiohttp import web
@@ -33,7 +33,7 @@ from .ledger import Admission, FinalState, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
 from .pace import PACE_WAIT_SECONDS
 from .problems import Problem
-from .providers import EmailCall, HttpCall, Provider, ProviderCall
+from .providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall
 from .ratelimit import TokenBucket, retry_after_header
 from .requests import EffectHeaders, EmailRequest
 from .sending import send_once
@@ -204,9 +204,9 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
                                admission.current_fence, call.key)
         _refuse(effect, admission, verdict)
 
-    async def end(state: FinalState, answer: StoredAnswer | None, summary: str | None) -> None:
-        await gw.ledger.finish(call.client, call.key, attempt, call.resource, state, answer,
-                               summary)
+    async def end(state: FinalState, answer: StoredAnswer | None, summary: str | None) -> bool:
+        return await gw.ledger.finish(call.client, call.key, attempt, call.resource, state,
+                                      answer, summary)
 
     wait = _bucket(gw, provider).take(time.monotonic())
     if wait > 0:
@@ -228,10 +228,22 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         label = "overloaded"
     stored = StoredAnswer(outcome.status, outcome.headers, outcome.body) \
         if outcome.kind in ("succeeded", "failed") else None
-    await end(state, stored, outcome.summary)
+    if not await end(state, stored, outcome.summary):
+        outcome = _not_freed(outcome)
     EFFECTS.labels(provider=cfg.name, outcome=label).inc()
     _log(effect, label, started, summary=outcome.summary)
     return web.Response(status=outcome.status, headers=outcome.headers, body=outcome.body)
+
+
+def _not_freed(outcome: Outcome) -> Outcome:
+    """Nothing was sent (or the provider did not act), but the record that
+    frees the key did not land: the answer must not say the key is free."""
+    p = Problem(outcome.code or "provider_error",
+                f"{outcome.summary}: nothing was done, but the gateway could not record "
+                "that, so the key is not released: a repeat reads in progress, then "
+                "unknown, until an operator resolves it as not sent",
+                headers={k: v for k, v in outcome.headers.items() if k == RETRY_AFTER})
+    return replace(outcome, status=p.status, body=p.body(), headers=p.response_headers())
 
 
 def _log(effect: Effect, outcome: str, started: float, summary: str | None = None) -> None:

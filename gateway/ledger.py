@@ -26,7 +26,7 @@ from leases import Busy, LeaseClient, Unavailable, formats
 from leases.batch import Batcher
 from leases.metrics import BATCH_SIZE
 
-from .wire import ExtendVerdict, Verdict
+from .wire import ExtendVerdict, Verdict, header_text
 
 log = logging.getLogger("fencegate.gateway")
 
@@ -161,24 +161,30 @@ class Ledger:
               answer: StoredAnswer | None, summary: str | None) -> tuple[Any, ...]:
         return (client, key, attempt, resource, state,
                 answer.status if answer else None,
-                json.dumps({_text(h): _text(v) for h, v in answer.headers.items()})
+                json.dumps({header_text(h): header_text(v) for h, v in answer.headers.items()})
                 if answer else None,
-                answer.body if answer else None, None if summary is None else _text(summary))
+                answer.body if answer else None, None if summary is None else header_text(summary))
 
     async def finish(self, client: str, key: str, attempt: int, resource: str,
                      state: FinalState, answer: StoredAnswer | None,
-                     summary: str | None) -> None:
+                     summary: str | None) -> bool:
         """Record the end of an attempt, behind the answer: the caller already
         has the provider's answer and does not wait for the record (a repeat
         of the key meanwhile reads in progress; a gateway that dies first
         leaves it in flight, then unknown, never sent again). A freed key is
-        awaited, so a retry right after the answer finds it free. Retrying
-        is safe: the end of one attempt counts once."""
+        awaited, so a retry right after the answer finds it free: False when
+        that record did not land in time (refused, logged; or no answer), and
+        the key may read in flight, then unknown. Retrying is safe: the end
+        of one attempt counts once."""
         recorded = self.outcomes.add(self._args(client, key, attempt, resource, state, answer,
                                                 summary))
-        if state == "free":  # not landed (logged): the key reads in flight, then unknown
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(recorded), self.timeout)
+        if state != "free":
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(recorded), self.timeout)
+        except Exception:
+            return False
+        return True
 
     def free_unsent(self, client: str, key: str, attempt: int, resource: str) -> None:
         """An admission whose answer never came back may have committed: the
@@ -272,21 +278,6 @@ class Ledger:
         """Finished effects past retention, not yet purged."""
         n: int = await self.db.fetchval("effects_awaiting_purge", retention_seconds)
         return n
-
-
-def _text(value: str) -> str:
-    """``value`` as text PostgreSQL stores. A provider's header that was not
-    UTF-8 reaches us with its bytes kept as lone surrogates (aiohttp decodes
-    with surrogateescape), which neither jsonb nor text accepts: read those
-    bytes as Latin-1, as HTTP reads header bytes (RFC 9110, obs-text)."""
-    try:
-        value.encode()
-        return value
-    except UnicodeEncodeError:
-        try:
-            return value.encode("utf-8", "surrogateescape").decode("latin-1")
-        except UnicodeEncodeError:  # surrogates no decoder made: replaced
-            return value.encode("utf-8", "replace").decode()
 
 
 def effect_view(row: asyncpg.Record) -> dict[str, Any]:
@@ -400,11 +391,15 @@ class OutcomeWriter:
         return bool(busy)
 
     async def _each_alone(self, batch: list[_Entry]) -> None:
+        loop = asyncio.get_running_loop()
         for entry in batch:
             try:
                 done = await self._write([entry[0]])
-            except (Unavailable, Busy):
-                self._pending.append(entry)
+            except (Unavailable, Busy) as exc:
+                if loop.time() - entry[2] < RECORD_RETRY_SECONDS:
+                    self._pending.append(entry)
+                else:
+                    _give_up(entry, exc)
             except Exception as exc:
                 _give_up(entry, exc)
             else:
@@ -419,8 +414,9 @@ class OutcomeWriter:
         return [by_ord[n + 1] for n in range(len(batch))]
 
     async def drain(self, timeout: float) -> None:
-        """Wait (up to ``timeout``) until everything queued is recorded."""
-        if self._idle is not None and self._pending:
+        """Wait (up to ``timeout``) until everything queued is recorded, the
+        statement being written included."""
+        if self._idle is not None and not self._idle.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout)
         if self._task is not None:

@@ -97,3 +97,18 @@ ResendOutcome = Literal["answered", "unknown", "not_acted", "provider_paused", "
 #: why an effect was refused 429 ``rate_limited`` (``fencegate_rate_limited_total``):
 #: the provider's configured rate, or a pause the provider asked for (its 429)
 RateLimitReason = Literal["configured_rate", "provider_paused"]
+
+
+def header_text(value: str) -> str:
+    """``value`` as text PostgreSQL stores. A provider's header that was not
+    UTF-8 reaches us with its bytes kept as lone surrogates (aiohttp decodes
+    with surrogateescape), which neither jsonb nor text accepts: read those
+    bytes as Latin-1, as HTTP reads header bytes (RFC 9110, obs-text)."""
+    try:
+        value.encode()
+        return value
+    except UnicodeEncodeError:
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("latin-1")
+        except UnicodeEncodeError:  # surrogates no decoder made: replaced
+            return value.encode("utf-8", "replace").decode()

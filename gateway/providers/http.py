@@ -35,7 +35,7 @@ from ..config import HttpProviderConfig, signing_key
 from ..deadline import Deadline
 from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from ..ratelimit import retry_after_header
-from ..wire import FENCE_RESOURCE, FENCE_TOKEN, RETRY_AFTER, TRUNCATED, ProblemCode
+from ..wire import FENCE_RESOURCE, FENCE_TOKEN, RETRY_AFTER, TRUNCATED, ProblemCode, header_text
 from . import gate, http_email, sigv4
 from .base import (
     Call,
@@ -233,7 +233,9 @@ class HttpProvider:
                        headers={**outcome.headers, RETRY_AFTER: retry_after_header(seconds)})
 
     def _outcome(self, resp: aiohttp.ClientResponse, body: bytes) -> Outcome:
-        headers = {h: resp.headers[h] for h in KEPT_RESPONSE_HEADERS if h in resp.headers}
+        # as text both the caller's answer and its stored replay carry alike
+        headers = {h: header_text(resp.headers[h]) for h in KEPT_RESPONSE_HEADERS
+                   if h in resp.headers}
         if len(body) > self.max_body_bytes:
             body = body[: self.max_body_bytes]
             headers[TRUNCATED] = "true"
