@@ -240,8 +240,8 @@ def _not_freed(outcome: Outcome) -> Outcome:
     frees the key did not land: the answer must not say the key is free."""
     p = Problem(outcome.code or "provider_error",
                 f"{outcome.summary}: nothing was done, but the gateway could not record "
-                "that, so the key is not released: a repeat reads in progress, then "
-                "unknown, until an operator resolves it as not sent",
+                "that in time, so the key may not be released: a repeat may read in "
+                "progress, then unknown, until an operator resolves it as not sent",
                 headers={k: v for k, v in outcome.headers.items() if k == RETRY_AFTER})
     return replace(outcome, status=p.status, body=p.body(), headers=p.response_headers())
 
