@@ -68,7 +68,9 @@ RATE_LIMITED = Counter(
 #: the label values the contract fixes
 REJECTION_REASONS = ("stale_fence", "lease_expired", "no_lease", "invalid_fence")
 EFFECT_OUTCOMES = ("succeeded", "failed", "unknown", "replayed", "in_progress",
-                   "provider_error", "rate_limited")
+                   "provider_error", "rate_limited", "overloaded")
+#: what was full when a request was refused at once (``fencegate_requests_refused_total``)
+REFUSAL_REASONS = ("in_flight", "database_pool")
 RATE_LIMIT_REASONS: tuple[RateLimitReason, ...] = get_args(RateLimitReason)
 
 
@@ -85,4 +87,6 @@ def start_at_zero(providers: Iterable[str]) -> None:
         PROVIDER_PAUSED.labels(provider=provider)
         for reason in RATE_LIMIT_REASONS:
             RATE_LIMITED.labels(provider=provider, reason=reason)
+    for reason in REFUSAL_REASONS:
+        REQUESTS_REFUSED.labels(reason=reason)
     lease_metrics.start_at_zero()

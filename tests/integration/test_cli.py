@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,20 @@ from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import database, sql
 
 FENCEGATE = [sys.executable, "-m", "gateway.cli"]
+ROOT = Path(__file__).resolve().parents[2]
+#: series only a worker process exports (leases.observe; deploy-check scrapes
+#: both), and the queue gauges, one series per queue that has jobs
+FROM_WORKERS = {"fencegate_jobs_total", "fencegate_lease_renewals_total",
+                "fencegate_queue_jobs", "fencegate_queue_oldest_runnable_age_seconds"}
+
+
+def _used_by_rules_and_dashboard() -> set[str]:
+    """The raw metric names deploy/'s alert rules and Grafana dashboard read
+    (histogram buckets left out: they exist once something was timed)."""
+    text = ((ROOT / "deploy" / "prometheus" / "rules.yml").read_text()
+            + (ROOT / "deploy" / "grafana" / "fencegate.json").read_text())
+    return {n for n in re.findall(r"(?<![:\w])fencegate_[a-z0-9_]+", text)
+            if not n.endswith("_bucket")}
 
 
 def run(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -149,6 +164,12 @@ port = {smtp.port}
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.1)
+            # before any traffic: every series the alert rules and the dashboard
+            # read exists, so increase() sees its first step (deploy/)
+            async with http.get(url + "/metrics") as r:
+                exported = set(re.findall(r"^(fencegate_\w+)", await r.text(), re.MULTILINE))
+            missing = _used_by_rules_and_dashboard() - exported - FROM_WORKERS
+            assert not missing, f"read by deploy/ but not exported at start: {missing}"
             auth = {"Authorization": "Bearer k"}
             async with http.post(url + "/v1/leases/claim", headers=auth,
                                  json={"resource": "run:s", "ttl_seconds": 30}) as r:
