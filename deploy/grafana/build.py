@@ -55,6 +55,14 @@ ROWS: list[tuple[str, list[Panel]]] = [
          [('provider:fencegate_provider_request_duration_seconds:quantile5m'
            '{provider=~"$provider"}', "{{provider}} p{{quantile}}")], 12,
          "Percentiles of the calls the gateway makes to providers."),
+        ("Provider pace", "timeseries", "none",
+         [('sum by (provider) (rate(fencegate_provider_paused_seconds_total'
+           '{provider=~"$provider"}[5m]))', "{{provider}} paused (s/s)"),
+          ('sum by (provider, reason) (rate(fencegate_rate_limited_total'
+           '{provider=~"$provider"}[5m]))', "{{provider}} refused 429 {{reason}} (/s)")], 24,
+         "Seconds per second a provider was paused by its own 429 (summed over gateway "
+         "processes: 1 is one process paused all the time), and effects refused 429 "
+         "rate_limited: configured_rate (rate_limit_per_second) or provider_paused."),
     ]),
     ("Database", [
         ("Database availability", "timeseries", "none",
