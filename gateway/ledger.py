@@ -26,7 +26,7 @@ from leases import Busy, LeaseClient, Unavailable, formats
 from leases.batch import Batcher
 from leases.metrics import BATCH_SIZE
 
-from .wire import ExtendVerdict, Verdict, header_text
+from .wire import ExtendVerdict, Verdict
 
 log = logging.getLogger("fencegate.gateway")
 
@@ -114,19 +114,18 @@ class Ledger:
         args: _AdmitArgs = (client, key, fingerprint, resource, fence, provider, attempt,
                             deadline_seconds, retry_window_seconds)
         try:
-            batched: Admission | None
+            admission: Admission | None
             try:
-                batched = await self._admissions(args)
+                admission = await self._admissions(args)
             except asyncpg.DeadlockDetectedError:
                 # two statements crossed on the same keys (each locks its lease
                 # rows in order, skipping held ones, but waits for a key another
                 # holds): this one committed nothing. Alone, it cannot cross.
-                batched = None
-            if batched is None or batched.verdict == "busy":  # alone, waiting
+                admission = None
+            if admission is None or admission.verdict == "busy":  # alone, waiting
                 row = await self.db.fetchrow("admit_effect", *args, RESEND_MARGIN_SECONDS)
                 assert row is not None
-                batched = _admission(row)
-            admission = batched
+                admission = _admission(row)
         except (Unavailable, asyncio.CancelledError):
             self.free_unsent(client, key, attempt, resource)
             raise
@@ -161,9 +160,8 @@ class Ledger:
               answer: StoredAnswer | None, summary: str | None) -> tuple[Any, ...]:
         return (client, key, attempt, resource, state,
                 answer.status if answer else None,
-                json.dumps({header_text(h): header_text(v) for h, v in answer.headers.items()})
-                if answer else None,
-                answer.body if answer else None, None if summary is None else header_text(summary))
+                json.dumps(answer.headers) if answer else None,  # text already (http.py)
+                answer.body if answer else None, summary)
 
     async def finish(self, client: str, key: str, attempt: int, resource: str,
                      state: FinalState, answer: StoredAnswer | None,

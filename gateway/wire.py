@@ -100,10 +100,11 @@ RateLimitReason = Literal["configured_rate", "provider_paused"]
 
 
 def header_text(value: str) -> str:
-    """``value`` as text PostgreSQL stores. A provider's header that was not
-    UTF-8 reaches us with its bytes kept as lone surrogates (aiohttp decodes
-    with surrogateescape), which neither jsonb nor text accepts: read those
-    bytes as Latin-1, as HTTP reads header bytes (RFC 9110, obs-text)."""
+    """A provider's header value as text the caller's answer, and PostgreSQL's
+    copy of it for replays, carry alike. One that was not UTF-8 reaches us
+    with its bytes kept as lone surrogates (aiohttp decodes with
+    surrogateescape), which aiohttp's writer drops and jsonb refuses: read
+    those bytes as Latin-1, as HTTP reads header bytes (RFC 9110, obs-text)."""
     try:
         value.encode()
         return value
