@@ -17,6 +17,7 @@ always outlasts ours, whatever the database's or the pool's delays.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -29,16 +30,23 @@ from leases import clock
 from . import idempotency, resend
 from .config import SmtpProviderConfig
 from .deadline import Deadline
-from .ledger import Admission, FinalState, StoredAnswer, new_attempt
+from .ledger import Admission, FinalState, Finished, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
 from .pace import PACE_WAIT_SECONDS
-from .problems import Problem
+from .problems import PROBLEM_MEMBERS, Problem
 from .providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall
 from .ratelimit import TokenBucket, retry_after_header
 from .requests import EffectHeaders, EmailRequest
 from .sending import send_once
 from .state import Gateway
-from .wire import FENCE_REFUSALS, IDEMPOTENT_REPLAYED, RETRY_AFTER, EffectOutcome, Refusal
+from .wire import (
+    FENCE_REFUSALS,
+    IDEMPOTENT_REPLAYED,
+    RETRY_AFTER,
+    EffectOutcome,
+    ProblemCode,
+    Refusal,
+)
 
 log = logging.getLogger("fencegate.effects")
 
@@ -204,17 +212,17 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
                                admission.current_fence, call.key)
         _refuse(effect, admission, verdict)
 
-    async def end(state: FinalState, answer: StoredAnswer | None, summary: str | None) -> bool:
-        return await gw.ledger.finish(call.client, call.key, attempt, call.resource, state,
-                                      answer, summary)
+    async def free() -> Finished | None:
+        return await gw.ledger.free(call.client, call.key, attempt, call.resource)
 
     wait = _bucket(gw, provider).take(time.monotonic())
     if wait > 0:
-        await end("free", None, None)
+        freed = await free()
         EFFECTS.labels(provider=cfg.name, outcome="rate_limited").inc()
         RATE_LIMITED.labels(provider=cfg.name, reason="configured_rate").inc()
         _log(effect, "rate_limited", started)
-        raise Problem("rate_limited", f"provider {cfg.name!r} is at its configured rate",
+        raise Problem("rate_limited", f"provider {cfg.name!r} is at its configured rate"
+                      + ("" if freed == "freed" else f"; {_not_released(freed)}"),
                       headers={RETRY_AFTER: retry_after_header(wait)},
                       reason="configured_rate")
 
@@ -226,24 +234,43 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     state, label = _RECORDED[outcome.kind]
     if outcome.code == "overloaded":
         label = "overloaded"
-    stored = StoredAnswer(outcome.status, outcome.headers, outcome.body) \
-        if outcome.kind in ("succeeded", "failed") else None
-    if not await end(state, stored, outcome.summary):
-        outcome = _not_freed(outcome)
+    if state == "free":  # awaited: a retry right after the answer finds the key free
+        freed = await free()
+        if freed != "freed":
+            outcome = _not_freed(outcome, freed)
+    else:  # behind the answer
+        stored = StoredAnswer(outcome.status, outcome.headers, outcome.body) \
+            if outcome.kind in ("succeeded", "failed") else None
+        gw.ledger.finish(call.client, call.key, attempt, call.resource, state, stored,
+                         outcome.summary)
     EFFECTS.labels(provider=cfg.name, outcome=label).inc()
     _log(effect, label, started, summary=outcome.summary)
     return web.Response(status=outcome.status, headers=outcome.headers, body=outcome.body)
 
 
-def _not_freed(outcome: Outcome) -> Outcome:
-    """Nothing was sent (or the provider did not act), but the record that
-    frees the key did not land: the answer must not say the key is free."""
-    p = Problem(outcome.code or "provider_error",
-                f"{outcome.summary}: nothing was done, but the gateway could not record "
-                "that in time, so the key may not be released: a repeat may read in "
-                "progress, then unknown, until an operator resolves it as not sent",
-                headers={k: v for k, v in outcome.headers.items() if k == RETRY_AFTER})
-    return replace(outcome, status=p.status, body=p.body(), headers=p.response_headers())
+def _not_released(freed: Finished | None) -> str:
+    """Why a key whose attempt did nothing is still not free."""
+    if freed == "unknown":
+        return ("an earlier attempt of this key may have reached the provider: the effect's "
+                "outcome is unknown and the key is not released (a repeat gets 409 "
+                "effect_outcome_unknown) until an operator resolves it")
+    return ("the gateway could not record that in time, so the key may not be released: a "
+            "repeat may read in progress, then unknown, until an operator resolves it as "
+            "not sent")
+
+
+def _not_freed(outcome: Outcome, freed: Finished | None) -> Outcome:
+    """This attempt did nothing, but the key was not freed: the answer keeps
+    the provider's facts and no longer says the key is free; when an earlier
+    attempt may have acted, its code says the outcome is unknown."""
+    doc = json.loads(outcome.body)
+    extra = {k: v for k, v in doc.items() if k not in PROBLEM_MEMBERS}
+    code: ProblemCode = "provider_outcome_unknown" if freed == "unknown" else \
+        outcome.code or "provider_error"
+    p = Problem(code, f"{outcome.summary}: nothing was done, but {_not_released(freed)}",
+                **extra)
+    return replace(outcome, status=p.status, body=p.body(),
+                   headers={**outcome.headers, **p.response_headers()})
 
 
 def _log(effect: Effect, outcome: str, started: float, summary: str | None = None) -> None:

@@ -18,7 +18,7 @@ import logging
 import secrets
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import asyncpg
 
@@ -163,26 +163,30 @@ class Ledger:
                 json.dumps(answer.headers) if answer else None,  # text already (http.py)
                 answer.body if answer else None, summary)
 
-    async def finish(self, client: str, key: str, attempt: int, resource: str,
-                     state: FinalState, answer: StoredAnswer | None,
-                     summary: str | None) -> bool:
+    def finish(self, client: str, key: str, attempt: int, resource: str,
+               state: FinalState, answer: StoredAnswer | None, summary: str | None) -> None:
         """Record the end of an attempt, behind the answer: the caller already
         has the provider's answer and does not wait for the record (a repeat
         of the key meanwhile reads in progress; a gateway that dies first
-        leaves it in flight, then unknown, never sent again). A freed key is
-        awaited, so a retry right after the answer finds it free: False when
-        that record did not land in time (refused, logged; or no answer), and
-        the key may read in flight, then unknown. Retrying is safe: the end
-        of one attempt counts once."""
-        recorded = self.outcomes.add(self._args(client, key, attempt, resource, state, answer,
-                                                summary))
-        if state != "free":
-            return True
+        leaves it in flight, then unknown, never sent again). Retrying is
+        safe: the end of one attempt counts once."""
+        self.outcomes.add(self._args(client, key, attempt, resource, state, answer, summary))
+
+    async def free(self, client: str, key: str, attempt: int,
+                   resource: str) -> Finished | None:
+        """End an attempt that certainly did not act, and wait for the record,
+        so a retry right after the answer finds the key free. What it came
+        to: ``freed``; ``unknown`` when an earlier attempt of the key may have
+        acted (the key is not free); ``gone``; or None when it did not land in
+        time (refused, logged; or no answer): the key may read in flight,
+        then unknown."""
+        recorded = self.outcomes.add(self._args(client, key, attempt, resource, "free", None,
+                                                None))
         try:
-            await asyncio.wait_for(asyncio.shield(recorded), self.timeout)
+            done = await asyncio.wait_for(asyncio.shield(recorded), self.timeout)
         except Exception:
-            return False
-        return True
+            return None
+        return cast(Finished, done)
 
     def free_unsent(self, client: str, key: str, attempt: int, resource: str) -> None:
         """An admission whose answer never came back may have committed: the
@@ -289,7 +293,7 @@ def effect_view(row: asyncpg.Record) -> dict[str, Any]:
 
 
 #: one attempt's end waiting to be recorded: its arguments, who waits, since when
-_Entry = tuple[tuple[Any, ...], asyncio.Future[None], float]
+_Entry = tuple[tuple[Any, ...], asyncio.Future[str], float]
 
 
 def _give_up(entry: _Entry, exc: BaseException) -> None:
@@ -315,15 +319,15 @@ class OutcomeWriter:
         self.db = db
         self._pending: list[_Entry] = []
         #: (client, key) → the record not landed yet
-        self._by_key: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._by_key: dict[tuple[str, str], asyncio.Future[str]] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle: asyncio.Event | None = None
 
-    def add(self, args: tuple[Any, ...]) -> asyncio.Future[None]:
+    def add(self, args: tuple[Any, ...]) -> asyncio.Future[str]:
         """Queue one attempt's end; the future is done once it is recorded."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[str] = loop.create_future()
         self._pending.append((args, fut, loop.time()))
         key = (args[0], args[1])
         self._by_key[key] = fut
@@ -336,13 +340,13 @@ class OutcomeWriter:
         self._wake.set()
         return fut
 
-    def _forget(self, key: tuple[str, str], fut: asyncio.Future[None]) -> None:
+    def _forget(self, key: tuple[str, str], fut: asyncio.Future[str]) -> None:
         if self._by_key.get(key) is fut:
             del self._by_key[key]
         if not fut.cancelled():
             fut.exception()  # retrieved: logged already where it matters
 
-    def pending(self, client: str, key: str) -> asyncio.Future[None] | None:
+    def pending(self, client: str, key: str) -> asyncio.Future[str] | None:
         """The record of ``key``'s last attempt, if this process has not
         landed it yet."""
         return self._by_key.get((client, key))
@@ -384,7 +388,7 @@ class OutcomeWriter:
         busy = [e for e, d in zip(batch, done, strict=True) if d == "busy"]
         for (_, fut, _), d in zip(batch, done, strict=True):
             if d != "busy" and not fut.done():
-                fut.set_result(None)
+                fut.set_result(d)
         self._pending.extend(busy)
         return bool(busy)
 

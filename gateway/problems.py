@@ -18,6 +18,10 @@ from .wire import PROBLEM_HEADER, PROBLEMS, ProblemCode
 PROBLEM_TYPE_BASE = "https://fencegate.dev/problems/"
 
 
+#: the members every problem document has; the rest are a problem's own facts
+PROBLEM_MEMBERS = frozenset({"type", "title", "status", "detail", "code"})
+
+
 class Problem(GatewayError):
     """An error answer. ``extra`` members go into the document; ``headers`` onto
     the response."""

@@ -105,8 +105,8 @@ async def test_no_extension_for_another_attempt_or_a_finished_one(
         pool: asyncpg.Pool, admitted: Admitted) -> None:
     assert await admitted.extend(attempt=new_attempt()) == "not_in_flight"
     assert await admitted.extend(fence=admitted.lease.fence - 1) == "stale_fence"
-    await admitted.ledger.finish("agents", "k1", admitted.attempt, "run:1", "unknown", None,
-                                 "http timeout")
+    admitted.ledger.finish("agents", "k1", admitted.attempt, "run:1", "unknown", None,
+                           "http timeout")
     await admitted.ledger.drain()
     assert (await _rows(pool))[0]["state"] == "unknown"
     assert await admitted.extend() == "not_in_flight"

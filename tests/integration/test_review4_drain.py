@@ -35,8 +35,8 @@ async def test_drain_waits_for_the_record_being_written(pool: asyncpg.Pool) -> N
     try:  # the lease row is held elsewhere for 0.3 s
         await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = 'run:drain' "
                              "FOR NO KEY UPDATE")
-        await ledger.finish("agents", "k", attempt, "run:drain", "succeeded",
-                            StoredAnswer(200, {"Content-Type": "text/plain"}, b"ok"), "http 200")
+        ledger.finish("agents", "k", attempt, "run:drain", "succeeded",
+                      StoredAnswer(200, {"Content-Type": "text/plain"}, b"ok"), "http 200")
         await asyncio.sleep(0.1)  # the writer has sent the record; it waits for the row
         drained = asyncio.ensure_future(ledger.drain())  # shutdown, with 5 s to spare
         await asyncio.sleep(0.3)
