@@ -221,10 +221,7 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         EFFECTS.labels(provider=cfg.name, outcome="rate_limited").inc()
         RATE_LIMITED.labels(provider=cfg.name, reason="configured_rate").inc()
         _log(effect, "rate_limited", started)
-        raise Problem("rate_limited", f"provider {cfg.name!r} is at its configured rate"
-                      + ("" if freed == "freed" else f"; {_not_released(freed)}"),
-                      headers={RETRY_AFTER: retry_after_header(wait)},
-                      reason="configured_rate")
+        raise _at_configured_rate(cfg.name, wait, freed)
 
     outcome = await send_once(gw, provider, call, deadline)
     if outcome.kind == "unknown" and effect.retry_window_seconds > 0 and \
@@ -248,12 +245,25 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
     return web.Response(status=outcome.status, headers=outcome.headers, body=outcome.body)
 
 
+def _at_configured_rate(provider: str, wait: float, freed: Finished | None) -> Problem:
+    """The refusal of an effect over the provider's configured rate: 429, the
+    key free again, unless its free did not free it."""
+    detail = f"provider {provider!r} is at its configured rate; nothing was sent"
+    if freed == "unknown":  # an earlier attempt may have acted: not a plain 429
+        return Problem("provider_outcome_unknown", f"{detail}, but {_not_released(freed)}")
+    return Problem("rate_limited",
+                   detail if freed == "freed" else f"{detail}, but {_not_released(freed)}",
+                   headers={RETRY_AFTER: retry_after_header(wait)}, reason="configured_rate")
+
+
 def _not_released(freed: Finished | None) -> str:
     """Why a key whose attempt did nothing is still not free."""
     if freed == "unknown":
         return ("an earlier attempt of this key may have reached the provider: the effect's "
-                "outcome is unknown and the key is not released (a repeat gets 409 "
-                "effect_outcome_unknown) until an operator resolves it")
+                "outcome is unknown and the key is not released")
+    if freed == "gone":
+        return ("this attempt no longer holds the key (a newer attempt of it, or an "
+                "operator's resolve, settles it): a repeat reads what that came to")
     return ("the gateway could not record that in time, so the key may not be released: a "
             "repeat may read in progress, then unknown, until an operator resolves it as "
             "not sent")
