@@ -14,12 +14,14 @@ from tests.support.faultproxy import FaultProxy
 
 
 @pytest.fixture
-async def proxy(dsn: str) -> AsyncIterator[FaultProxy]:
-    p = await FaultProxy(dsn, delay_seconds=0.6).start()
+async def proxy(dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[FaultProxy]:
+    p = await FaultProxy(dsn, delay_seconds=getattr(request, "param", 0.6)).start()
     yield p
     await p.close()
 
 
+@pytest.mark.parametrize("proxy", [0.6, 1.5], indirect=True,
+                         ids=["claim-lands-with-the-answer", "claim-lands-after-the-answer"])
 async def test_a_claim_answered_503_does_not_hold_the_resource_for_its_ttl(
     make_gw: Callable[..., Awaitable[Gw]], proxy: FaultProxy, pool: asyncpg.Pool,
 ) -> None:
@@ -30,7 +32,13 @@ async def test_a_claim_answered_503_does_not_hold_the_resource_for_its_ttl(
     so it can neither renew nor release; a retry gets another made-up owner and
     409 lease_held, for the whole ttl (up to 7 days). The same holds for
     LeaseClient.claim, which now also makes a new owner per call: a retry
-    after a lost answer cannot re-claim as the same owner any more."""
+    after a lost answer cannot re-claim as the same owner any more.
+
+    The pool's command timeout (database_timeout_seconds) also bounds the
+    cancel request: when it goes unanswered, asyncpg drops the connection and
+    the 503 goes out while the claim is still on its way (held 1.5 s by the
+    proxy here; a slow link or a pooler does the same). The first attempt to
+    abandon it then finds nothing to end, and the claim lands after it."""
     gw = await make_gw(proxy.dsn(), database_timeout_seconds=0.3)
     auth = {"Authorization": gw.headers()["Authorization"]}
     for i in range(3):  # the claim statement is prepared on the pool's connection
@@ -41,7 +49,7 @@ async def test_a_claim_answered_503_does_not_hold_the_resource_for_its_ttl(
                                     json={"resource": "run:orphan", "ttl_seconds": 3600})
     assert (status, body["code"]) == (503, "unavailable")
     proxy.set_mode("pass")
-    await asyncio.sleep(1.0)  # the delayed statement has long committed
+    await asyncio.sleep(proxy.delay_seconds + 0.4)  # the delayed statement has committed
     row = await pool.fetchrow("SELECT owner, expires_at > clock_timestamp() AS live "
                               "FROM fencegate_leases WHERE resource = 'run:orphan'")
     for _ in range(20):  # the caller retries, as 503 invites it to
