@@ -1,0 +1,60 @@
+"""Review 7: a job claim whose answer was lost costs the job an attempt it
+never ran, and the job waits out the whole lease meanwhile.
+
+The same class as the lost lease claim (4ad4e56): `claim_jobs` commits (the
+job is `claimed` under the worker's owner, with a fence, and its attempt
+counted), the answer never comes back, and the worker reads the missing
+answer as "nothing claimed" (`Worker._claim_loop`: the error is logged and
+`jobs = []`). Nobody knows that fence: the job sits claimed for the ttl, then
+recovery puts it back with the attempt spent, or, on its last attempt, kills
+it with "the worker stopped renewing (crashed, killed or stalled)". Nothing
+crashed, and the handler never ran. Lease claims under a made-up owner are
+abandoned after a lost answer; job claims are not."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import asyncpg
+
+from leases import LeaseClient, Queue, Worker, database
+from leases.queue import Job
+from tests.support.cutproxy import CutProxy
+
+MARKER = "review7-lost-claim-answer"
+
+
+async def test_a_job_whose_claim_answer_was_lost_still_runs(
+    dsn: str, pool: asyncpg.Pool,
+) -> None:
+    job_id = await Queue(LeaseClient(pool=pool), "mail").enqueue(
+        {"task": MARKER}, max_attempts=1)  # "run it once": no retries wanted
+    proxy = await CutProxy(dsn, marker=MARKER.encode()).start()
+    slow = await database.create_pool(proxy.dsn(), min_size=1, max_size=4,
+                                      command_timeout=1.0)
+    ran: list[int] = []
+
+    async def handler(job: Job) -> str:
+        ran.append(job.id)
+        return "done"
+
+    worker = Worker(Queue(LeaseClient(pool=slow, timeout=1.0), "mail"), handler,
+                    ttl=1.0, poll_min=0.05, poll_max=0.2, backstop_interval=0.3)
+    running = asyncio.get_running_loop().create_task(worker.run())
+    try:
+        started = time.monotonic()
+        while not ran and time.monotonic() - started < 6.0:
+            await asyncio.sleep(0.1)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 10)
+        await slow.close()
+        await proxy.close()
+    assert proxy.cut.is_set(), "the claim's answer was not the one lost: proves nothing"
+    job = await pool.fetchrow("SELECT state, attempts, last_error FROM fencegate_jobs "
+                              "WHERE id = $1", job_id)
+    assert ran == [job_id], (
+        f"the handler never ran; the job is {job['state']} after {job['attempts']} "
+        f"attempt(s), last error {job['last_error']!r}: its one attempt went to a claim "
+        f"whose answer was lost")
