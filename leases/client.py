@@ -352,7 +352,7 @@ class LeaseClient:
     async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         give_up = clock.now() + lease.ttl * 2
         if pending:  # release now, and again once the renewal under way has settled
-            with contextlib.suppress(Unavailable, TimeoutError):
+            with contextlib.suppress(Unavailable, Busy, TimeoutError):
                 await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
             await asyncio.wait(pending, timeout=lease.ttl)
@@ -360,7 +360,7 @@ class LeaseClient:
             try:
                 released = await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
-            except (Unavailable, TimeoutError):
+            except (Unavailable, Busy, TimeoutError):  # Busy: the pool stayed full
                 await asyncio.sleep(lease.policy.ttl * policy.DEFAULT_RETRY_FRACTION)
                 continue
             if released:
