@@ -74,7 +74,14 @@ def run_with_pool(fn: Callable[[asyncpg.Pool], Awaitable[int]]) -> int:
 
 
 def run_with_client(handler: Handler, args: argparse.Namespace) -> int:
-    return run_with_pool(lambda pool: handler(args, LeaseClient(pool=pool, owner=args.owner)))
+    async def run(pool: asyncpg.Pool) -> int:
+        client = LeaseClient(pool=pool, owner=args.owner)
+        try:
+            return await handler(args, client)
+        finally:  # before the pool closes: the abandon of a claim left unanswered
+            await client.close()
+
+    return run_with_pool(run)
 
 
 OWNER_NEEDED = (

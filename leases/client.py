@@ -35,11 +35,6 @@ KEEPING_POOL_SIZE = 2
 RELEASE_ON_CLOSE_SECONDS = 2.0
 #: a lost lease's block is cancelled again this often until it has exited
 RECANCEL_SECONDS = 0.005
-#: how long an unanswered claim is looked for after a first attempt to abandon
-#: it found nothing: its statement may still be on its way (see ``abandon``)
-ABANDON_WINDOW_SECONDS = 30.0
-#: the longest pause between two such looks
-ABANDON_PAUSE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -307,18 +302,17 @@ class LeaseClient:
         keep the resource for its whole ttl. Only for an owner made up for that
         one claim: a shared owner's other lease would be ended too.
 
-        Finding nothing to end proves nothing yet: when the cancel request of
-        a timed-out claim goes unanswered, the driver drops the connection, and
-        the claim's statement may still reach the database later (a slow link,
-        a pooler). So it looks again, more and more rarely, for
-        ``ABANDON_WINDOW_SECONDS`` (at most the ttl) after the first look that
-        found nothing; while the database cannot be reached, for the whole ttl."""
+        The database also remembers the owner as abandoned: the claim's
+        statement may still be on its way (the driver drops a connection whose
+        cancel request goes unanswered, and the database may yet run what it
+        had been sent), and a claim under an abandoned owner is undone
+        whenever it lands. So one answer settles it; while the database cannot
+        be reached, it is tried again for the whole ttl (``close`` waits for
+        it ``RELEASE_ON_CLOSE_SECONDS``)."""
         self._in_background(self._abandon(resource, owner, ttl))
 
     async def _abandon(self, resource: str, owner: str, ttl: float) -> None:
         give_up = clock.now() + ttl  # by then it has expired by itself
-        window = min(ttl, max(ABANDON_WINDOW_SECONDS, 3 * (self.timeout or 0)))
-        pause = 0.25
         while clock.now() < give_up:
             try:
                 async with asyncio.timeout(max(ttl, 1.0)):
@@ -329,10 +323,7 @@ class LeaseClient:
             if fence is not None:
                 log.info("unanswered claim of %s abandoned (fence %s)", resource, fence,
                          extra={"resource": resource, "owner": owner, "fence": fence})
-                return
-            give_up = min(give_up, clock.now() + window)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, ABANDON_PAUSE_SECONDS)
+            return
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -6,9 +6,10 @@
 -- Wins when the resource has no live lease, or its live lease is the caller's,
 -- and no effect of the previous fence is still in flight (drain barrier).
 -- Zero rows: lost, a normal answer. (The upsert itself is
--- fencegate_claim_lease, in schema.sql: the queue's claim uses it too.)
+-- fencegate_claim_lease, in schema.sql: the queue's claim uses it too; this
+-- one is undone if its owner was abandoned, see abandon_claim.)
 SELECT resource, owner, fence, expires_at
-  FROM fencegate_claim_lease($1, $2, $3::float8, true);
+  FROM fencegate_claim_lease_unless_abandoned($1, $2, $3::float8, true);
 
 -- name: renew_lease
 -- ($1 resource, $2 owner, $3 fence, $4 ttl, $5 margin): see fencegate_renew_lease
@@ -35,11 +36,10 @@ SELECT ord, fence FROM fencegate_release_leases($1::text[], $2::text[], $3::bigi
 
 -- name: abandon_claim
 -- Ends the lease of an owner made up for one claim whose answer was lost
--- (nobody knows its fence). Only for such owners: they hold nothing else.
-UPDATE fencegate_leases
-   SET expires_at = clock_timestamp()
- WHERE resource = $1 AND owner = $2 AND expires_at > clock_timestamp()
-RETURNING fence;
+-- (nobody knows its fence), and remembers the owner, so that claim is undone
+-- should it land later still. Only for such owners: they hold nothing else.
+-- The fence it ended, or NULL.
+SELECT fencegate_abandon_claim($1, $2);
 
 -- name: show_lease
 SELECT resource, owner, fence, expires_at, expires_at > clock_timestamp() AS live,
