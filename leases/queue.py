@@ -177,6 +177,17 @@ class Queue:
                                  "fence": job.fence, "attempt": job.attempts})
         return jobs
 
+    async def claimed_by(self, owner: str, ttl: float) -> list[Job]:
+        """The jobs ``owner`` holds a live claim on: after a claim that got no
+        answer (it may have committed), what it claimed. Each lease counts as
+        confirmed only for the time it had left when the database answered."""
+        sent_at = clock.now()
+        rows = await self.client.fetch("jobs_claimed_by", self.name, policy.check_owner(owner))
+        # a lease with r seconds left, read after sent_at, is live until at
+        # least sent_at + r: as if confirmed by a request sent at that, less ttl
+        return [self._job(r, owner, ttl, sent_at - max(0.0, ttl - r["remaining"]))
+                for r in rows]
+
     def _job(self, r: asyncpg.Record, owner: str, ttl: float, sent_at: float) -> Job:
         lease = Lease(self.client, job_resource(self.name, r["id"]), owner, r["fence"],
                       r["expires_at"], ttl, sent_at, policy.RenewalPolicy(ttl))

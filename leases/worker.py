@@ -103,7 +103,13 @@ class Worker:
         self.grace = grace
         self.backstop_interval = backstop_interval
         self.purge_interval = purge_interval
-        self.owner = owner or queue.client.owner
+        #: its own by default: after a claim that got no answer, the jobs
+        #: claimed under it and not running here are that claim's
+        self.owner = owner or queue.client.new_owner()
+        #: (job id, fence) of every run under way
+        self._holding: set[tuple[int, int]] = set()
+        #: a claim got no answer: what it may have claimed is still to be taken up
+        self._unanswered = False
         self._completions = _Completions(queue)
         self._stopping = asyncio.Event()
         self._jobs_arrived = asyncio.Event()
@@ -167,8 +173,14 @@ class Worker:
                 await self._wait(self._slot_free.wait(), None)
                 continue
             try:
-                jobs = await self.queue.claim(self.owner, limit=free, ttl=self.ttl)
+                if self._unanswered:
+                    jobs = await self._take_up(free)
+                else:
+                    jobs = await self.queue.claim(self.owner, limit=free, ttl=self.ttl)
             except Exception as exc:
+                # no answer: the claim may have committed (an attempt counted,
+                # under a fence only the answer carried); look next time
+                self._unanswered = self._unanswered or isinstance(exc, Unavailable)
                 # unreachable, read-only after a failover, a statement timeout,
                 # a deadlock: none of it ends the worker; it backs off and retries
                 log.warning("claim failed: %s", exc, extra={
@@ -178,6 +190,7 @@ class Worker:
             for job in jobs:
                 slot = object()
                 self._handling.add(slot)
+                self._holding.add((job.id, job.fence))
                 task = asyncio.get_running_loop().create_task(self._process(job, slot))
                 self._running.add(task)
                 task.add_done_callback(self._done)
@@ -188,6 +201,21 @@ class Worker:
                 await self._wait(self._jobs_arrived.wait(), idle)
                 idle = self.poll_min if self._jobs_arrived.is_set() \
                     else min(self.poll_max, idle * 2)
+
+    async def _take_up(self, free: int) -> list[Job]:
+        """The jobs a claim that got no answer did claim under this worker's
+        owner (those not running here): they run now rather than wait out
+        their lease and lose the attempt it counted."""
+        held = await self.queue.claimed_by(self.owner, self.ttl)
+        self._unanswered = False
+        jobs = [j for j in held if (j.id, j.fence) not in self._holding]
+        if jobs:
+            log.info("took up %d job(s) of queue %s claimed by a claim that got no answer",
+                     len(jobs), self.queue.name, extra={
+                         "queue": self.queue.name, "jobs": [j.id for j in jobs]})
+        if len(jobs) > free:  # the rest next time round, as slots free up
+            self._unanswered = True
+        return jobs[:free]
 
     async def _wait(self, aw: Awaitable[object], timeout: float | None) -> None:
         """Wait for ``aw`` or for stop(), whichever comes first (or ``timeout``)."""
@@ -247,6 +275,7 @@ class Worker:
             await self._run_job(job, slot)
         finally:
             self._handled(slot)
+            self._holding.discard((job.id, job.fence))
 
     async def _run_job(self, job: Job, slot: object) -> None:
         try:

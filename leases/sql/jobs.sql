@@ -52,6 +52,20 @@ WITH picked AS (
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
+-- name: jobs_claimed_by
+-- The live claims of owner $2 on queue $1, as claim_jobs answers them, with
+-- the seconds left on each lease by this database's clock: a worker whose
+-- claim got no answer (it may have committed) takes up what it claimed.
+SELECT j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
+       j.ordering_key, j.priority, j.run_at, l.expires_at,
+       extract(epoch FROM l.expires_at - clock_timestamp())::float8 AS remaining
+  FROM fencegate_jobs j
+  JOIN fencegate_leases l ON l.resource = 'job:' || j.queue || ':' || j.id
+                         AND l.fence = j.fence AND l.owner = j.claimed_by
+ WHERE j.queue = $1 AND j.state = 'claimed' AND j.claimed_by = $2
+   AND l.expires_at > clock_timestamp()
+ ORDER BY j.priority DESC, j.run_at, j.id;
+
 -- name: complete_job
 -- Counts only while the job's fence is current; ends the job's lease too.
 WITH done AS (

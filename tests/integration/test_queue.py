@@ -349,3 +349,26 @@ async def test_a_claim_looks_its_jobs_up_and_never_scans_the_table(
             await conn.execute("RESET plan_cache_mode")
     assert "Seq Scan on fencegate_jobs" not in plan, plan
     assert len(await q.claim("planner", limit=8, ttl=30)) == 8
+
+
+async def test_a_worker_takes_up_what_it_claimed_only_for_the_time_its_leases_have_left(
+    pool: asyncpg.Pool,
+) -> None:
+    """After a claim that got no answer, a worker takes up the jobs claimed
+    under its owner: each lease counts as confirmed for no longer than the
+    database says it has left, and only the owner's live claims are taken."""
+    q = queue(pool, name="takeup")
+    await q.enqueue({"n": 1})
+    await q.enqueue({"n": 2})
+    claimed = await q.claim("w-lost", limit=1, ttl=3.0)
+    assert len(claimed) == 1
+    await q.claim("w-other", limit=1, ttl=3.0)
+    await asyncio.sleep(1.0)
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    taken = await q.claimed_by("w-lost", 3.0)
+    assert [(j.id, j.fence) for j in taken] == [(claimed[0].id, claimed[0].fence)]
+    # 2 s (less the renewal margin) at most, not a fresh ttl of 3 s
+    assert taken[0].lease.deadline <= before + 2.0 + 0.05
+    assert await q.complete(taken[0])  # its fence is the current one
+    assert await q.claimed_by("w-lost", 3.0) == []
