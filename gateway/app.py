@@ -70,6 +70,15 @@ def _duration(route: str, method: str, status: int) -> Any:
     return HTTP_DURATION.labels(route=route, method=method, status=str(status))
 
 
+def _unanswered(request: web.Request) -> str:
+    """What an Unavailable means for this route: nothing reached a provider,
+    but a change of a lease may still have been carried out."""
+    if request.method == "POST" and request.path.startswith("/v1/leases/"):
+        return ("the database gave no answer in time; the change may still have been "
+                "carried out (a claim without an owner is abandoned): check the lease")
+    return "the database cannot be reached; nothing was sent"
+
+
 async def _answered(request: web.Request, handler: Handler,
                     route: Route | None) -> web.StreamResponse:
     """Every error becomes a problem document; nothing internal reaches the caller."""
@@ -83,8 +92,7 @@ async def _answered(request: web.Request, handler: Handler,
         DB_UNAVAILABLE.inc()
         log.warning("database unreachable: %s", exc, extra={
             "path": request.path, "error": type(exc.__cause__).__name__})
-        return Problem("unavailable", "the database cannot be reached; nothing was sent",
-                       headers={RETRY_AFTER: "1"}).response()
+        return Problem("unavailable", _unanswered(request), headers={RETRY_AFTER: "1"}).response()
     except Busy:  # every connection of this process's pool in use: overload, not an outage
         REQUESTS_REFUSED.labels(reason="database_pool").inc()
         return Problem("overloaded", "the gateway is overloaded (no database connection "

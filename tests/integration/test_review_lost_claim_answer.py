@@ -48,6 +48,7 @@ async def test_a_claim_answered_503_does_not_hold_the_resource_for_its_ttl(
     status, _, body = await gw.post("/v1/leases/claim", auth,
                                     json={"resource": "run:orphan", "ttl_seconds": 3600})
     assert (status, body["code"]) == (503, "unavailable")
+    assert "may still have been carried out" in body["detail"]  # not "nothing was sent"
     proxy.set_mode("pass")
     await asyncio.sleep(proxy.delay_seconds + 0.4)  # the delayed statement has committed
     row = await pool.fetchrow("SELECT owner, expires_at > clock_timestamp() AS live "
