@@ -259,6 +259,8 @@ class LeaseClient:
         sent_at = clock.now()
         try:
             row = await self._claims((resource, owner, ttl))
+        except (Busy, asyncpg.PostgresError):
+            raise  # nothing was sent, or the database refused it: nothing granted
         except BaseException:
             if made_up:
                 self.abandon(resource, owner, ttl)
@@ -305,7 +307,7 @@ class LeaseClient:
         The database also remembers the owner as abandoned: the claim's
         statement may still be on its way (the driver drops a connection whose
         cancel request goes unanswered, and the database may yet run what it
-        had been sent), and a claim under an abandoned owner is undone
+        had been sent), and a claim under an abandoned owner is refused
         whenever it lands. So one answer settles it; while the database cannot
         be reached, it is tried again for the whole ttl (``close`` waits for
         it ``RELEASE_ON_CLOSE_SECONDS``)."""

@@ -7,7 +7,7 @@
 -- and no effect of the previous fence is still in flight (drain barrier).
 -- Zero rows: lost, a normal answer. (The upsert itself is
 -- fencegate_claim_lease, in schema.sql: the queue's claim uses it too; this
--- one is undone if its owner was abandoned, see abandon_claim.)
+-- one is refused if its owner was abandoned, see abandon_claim.)
 SELECT resource, owner, fence, expires_at
   FROM fencegate_claim_lease_unless_abandoned($1, $2, $3::float8, true);
 
@@ -36,7 +36,7 @@ SELECT ord, fence FROM fencegate_release_leases($1::text[], $2::text[], $3::bigi
 
 -- name: abandon_claim
 -- Ends the lease of an owner made up for one claim whose answer was lost
--- (nobody knows its fence), and remembers the owner, so that claim is undone
+-- (nobody knows its fence), and remembers the owner, so that claim is refused
 -- should it land later still. Only for such owners: they hold nothing else.
 -- The fence it ended, or NULL.
 SELECT fencegate_abandon_claim($1, $2);

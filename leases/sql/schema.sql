@@ -68,7 +68,7 @@ $$;
 -- for it, whose answer never came, is abandoned by the client (nobody knows
 -- its fence). Its statement may still be on its way and land after the
 -- abandon, so the owner is remembered here, and a claim of the lease API
--- under a remembered owner is undone as it lands. Kept a day (each abandon
+-- under a remembered owner is refused as it lands. Kept a day (each abandon
 -- purges older ones). The queue's claims do not look: a worker's owner is
 -- never abandoned.
 CREATE TABLE fencegate_abandoned_owners (
@@ -76,27 +76,21 @@ CREATE TABLE fencegate_abandoned_owners (
     created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
--- fencegate_claim_lease, undone if its owner was abandoned. The look at the
--- abandoned owners is a statement of its own, so it sees every abandon that
--- committed before this claim held the lease row: an abandon that comes
--- later waits for that lock and then ends the lease itself.
+-- fencegate_claim_lease, refused if its owner was abandoned. A claim and the
+-- abandon of its owner take the same transaction-level advisory lock of the
+-- resource first, so one waits for the other: a claim that comes second
+-- sees the owner recorded (each statement of a plpgsql function takes a new
+-- snapshot), an abandon that comes second sees the lease the claim made.
 CREATE FUNCTION fencegate_claim_lease_unless_abandoned(
     p_resource text, p_owner text, p_ttl double precision, p_same_owner boolean
 ) RETURNS SETOF fencegate_leases
 LANGUAGE plpgsql VOLATILE ROWS 1 AS $$
-DECLARE
-    won fencegate_leases;
 BEGIN
-    SELECT * INTO won FROM fencegate_claim_lease(p_resource, p_owner, p_ttl, p_same_owner);
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_resource, 0));
     IF EXISTS (SELECT 1 FROM fencegate_abandoned_owners WHERE owner = p_owner) THEN
-        UPDATE fencegate_leases SET expires_at = clock_timestamp()
-         WHERE resource = p_resource;
         RETURN;
     END IF;
-    RETURN NEXT won;
+    RETURN QUERY SELECT * FROM fencegate_claim_lease(p_resource, p_owner, p_ttl, p_same_owner);
 END
 $$;
 
@@ -184,25 +178,22 @@ END
 $$;
 
 -- Abandon the claim of p_owner on p_resource: remember the owner, and end its
--- lease if it holds one; the fence it ended, or NULL. The lease row is
--- written in every case (an expired row is made if there is none), so a
--- claim under way on the same row is waited for and then ended, and a claim
--- still to come waits for this one and then finds the owner remembered.
+-- lease if it holds one; the fence it ended, or NULL. A resource without a
+-- lease row is left without one (it was never granted).
 CREATE FUNCTION fencegate_abandon_claim(p_resource text, p_owner text)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    t timestamptz := clock_timestamp();
     ended bigint;
 BEGIN
-    DELETE FROM fencegate_abandoned_owners WHERE created_at < t - interval '1 day';
+    DELETE FROM fencegate_abandoned_owners
+     WHERE created_at < clock_timestamp() - interval '1 day';
     INSERT INTO fencegate_abandoned_owners (owner) VALUES (p_owner) ON CONFLICT DO NOTHING;
-    INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
-    VALUES (p_resource, p_owner, fencegate_next_fence(0), t, t)
-    ON CONFLICT (resource) DO UPDATE
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_resource, 0));
+    UPDATE fencegate_leases
        SET expires_at = clock_timestamp()
-     WHERE l.owner = excluded.owner AND l.expires_at > clock_timestamp()
-    RETURNING CASE WHEN l.claimed_at < t THEN l.fence END INTO ended;
+     WHERE resource = p_resource AND owner = p_owner AND expires_at > clock_timestamp()
+    RETURNING fence INTO ended;
     RETURN ended;
 END
 $$;

@@ -1,5 +1,6 @@
-"""An abandoned claim is undone whichever lands first: the claim or its
-abandon, each in a transaction held open so they overlap (migration 0008)."""
+"""An abandoned claim never holds the resource, whichever lands first: the
+claim or its abandon, each in a transaction held open so they overlap
+(migration 0008)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ async def test_an_abandon_that_lands_while_the_claim_holds_the_row_ends_it(
 
 
 @pytest.mark.parametrize("earlier_lease", [False, True], ids=["new-row", "existing-row"])
-async def test_a_claim_that_lands_while_the_abandon_holds_the_row_is_undone(
+async def test_a_claim_that_lands_while_the_abandon_is_under_way_is_refused(
     pool: asyncpg.Pool, earlier_lease: bool,
 ) -> None:
     resource, ghost = f"run:ab-{secrets.token_hex(3)}", f"ghost:{secrets.token_hex(4)}"
@@ -70,7 +71,9 @@ async def test_a_claim_that_lands_while_the_abandon_holds_the_row_is_undone(
         await tx.commit()
         assert await claim is None  # it waited for the abandon, then found the owner
     row = await pool.fetchrow(LIVE, resource)
-    assert not row["live"]
+    # no lease made up for a resource never claimed; an earlier one left as it was
+    assert (row is None) if not earlier_lease else (row["owner"] == "earlier"
+                                                     and not row["live"])
     # the resource is free for the next owner at once
     assert await pool.fetchval(CLAIM, resource, "next") is not None
 
@@ -81,7 +84,7 @@ async def test_a_claim_after_the_abandon_is_refused_and_other_owners_are_not(
     resource, ghost = f"run:ab-{secrets.token_hex(3)}", f"ghost:{secrets.token_hex(4)}"
     assert await pool.fetchval(ABANDON, resource, ghost) is None
     assert await pool.fetchval(CLAIM, resource, ghost) is None
-    assert not (await pool.fetchrow(LIVE, resource))["live"]
+    assert await pool.fetchrow(LIVE, resource) is None  # never claimed, and shown so
     batch = await pool.fetch(
         "SELECT ord, owner FROM fencegate_claim_leases($1::text[], $2::text[], "
         "$3::float8[], true)", [resource, resource + "b"], [ghost, "other"], [60.0, 60.0])
