@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import signal
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from . import database, observe
+from . import database, observe, policy
 from .errors import Busy, LeaseLost, Unavailable
 from .queue import Job, Queue
 from .retry import sanitize_error
@@ -34,6 +35,8 @@ DEFAULT_BACKSTOP_SECONDS = 10.0
 LISTEN_TIMEOUT_SECONDS = 5.0
 #: finished jobs past the queue's retention are purged this often
 DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
+#: ":" and 8 hex digits: each claim's owner is the worker's with a part of its own
+CLAIM_SUFFIX_LENGTH = 9
 
 
 class _Completions:
@@ -103,13 +106,13 @@ class Worker:
         self.grace = grace
         self.backstop_interval = backstop_interval
         self.purge_interval = purge_interval
-        #: its own by default: after a claim that got no answer, the jobs
-        #: claimed under it and not running here are that claim's
-        self.owner = owner or queue.client.new_owner()
-        #: (job id, fence) of every run under way
-        self._holding: set[tuple[int, int]] = set()
-        #: a claim got no answer: what it may have claimed is still to be taken up
-        self._unanswered = False
+        self.owner = owner or queue.client.owner
+        if len(self.owner) > policy.MAX_OWNER_LENGTH - CLAIM_SUFFIX_LENGTH:
+            raise ValueError(f"a worker's owner must be at most "
+                             f"{policy.MAX_OWNER_LENGTH - CLAIM_SUFFIX_LENGTH} characters")
+        #: the owner of a claim that got no answer (it may have committed):
+        #: what it claimed is still to be taken up
+        self._unanswered: str | None = None
         self._completions = _Completions(queue)
         self._stopping = asyncio.Event()
         self._jobs_arrived = asyncio.Event()
@@ -172,15 +175,19 @@ class Worker:
                 self._slot_free.clear()
                 await self._wait(self._slot_free.wait(), None)
                 continue
+            # each claim under an owner of its own: after no answer, what that
+            # one claim took (and nothing else) is found by its owner
+            owner = self._unanswered or f"{self.owner}:{secrets.token_hex(4)}"
             try:
                 if self._unanswered:
-                    jobs = await self._take_up(free)
+                    jobs = await self._take_up(owner)
                 else:
-                    jobs = await self.queue.claim(self.owner, limit=free, ttl=self.ttl)
+                    jobs = await self.queue.claim(owner, limit=free, ttl=self.ttl)
             except Exception as exc:
                 # no answer: the claim may have committed (an attempt counted,
                 # under a fence only the answer carried); look next time
-                self._unanswered = self._unanswered or isinstance(exc, Unavailable)
+                if isinstance(exc, Unavailable):
+                    self._unanswered = owner
                 # unreachable, read-only after a failover, a statement timeout,
                 # a deadlock: none of it ends the worker; it backs off and retries
                 log.warning("claim failed: %s", exc, extra={
@@ -190,7 +197,6 @@ class Worker:
             for job in jobs:
                 slot = object()
                 self._handling.add(slot)
-                self._holding.add((job.id, job.fence))
                 task = asyncio.get_running_loop().create_task(self._process(job, slot))
                 self._running.add(task)
                 task.add_done_callback(self._done)
@@ -202,20 +208,19 @@ class Worker:
                 idle = self.poll_min if self._jobs_arrived.is_set() \
                     else min(self.poll_max, idle * 2)
 
-    async def _take_up(self, free: int) -> list[Job]:
-        """The jobs a claim that got no answer did claim under this worker's
-        owner (those not running here): they run now rather than wait out
-        their lease and lose the attempt it counted."""
-        held = await self.queue.claimed_by(self.owner, self.ttl)
-        self._unanswered = False
-        jobs = [j for j in held if (j.id, j.fence) not in self._holding]
+    async def _take_up(self, owner: str) -> list[Job]:
+        """The jobs a claim that got no answer did claim, under ``owner``, the
+        claim's own: they run now rather than wait out their lease and lose
+        the attempt it counted. (No more than the claim asked for, when as many
+        slots were free; runs since have only ended.)"""
+        jobs = await self.queue.claimed_by(owner, self.ttl)
+        self._unanswered = None
         if jobs:
             log.info("took up %d job(s) of queue %s claimed by a claim that got no answer",
                      len(jobs), self.queue.name, extra={
-                         "queue": self.queue.name, "jobs": [j.id for j in jobs]})
-        if len(jobs) > free:  # the rest next time round, as slots free up
-            self._unanswered = True
-        return jobs[:free]
+                         "queue": self.queue.name, "owner": owner,
+                         "jobs": [j.id for j in jobs]})
+        return jobs
 
     async def _wait(self, aw: Awaitable[object], timeout: float | None) -> None:
         """Wait for ``aw`` or for stop(), whichever comes first (or ``timeout``)."""
@@ -275,7 +280,6 @@ class Worker:
             await self._run_job(job, slot)
         finally:
             self._handled(slot)
-            self._holding.discard((job.id, job.fence))
 
     async def _run_job(self, job: Job, slot: object) -> None:
         try:
