@@ -319,7 +319,9 @@ class LeaseClient:
             try:
                 async with asyncio.timeout(max(ttl, 1.0)):
                     fence = await self.fetchval("abandon_claim", resource, owner)
-            except (Unavailable, Busy, TimeoutError):
+            except (Unavailable, Busy, TimeoutError, asyncpg.PostgresError):
+                # a refusal too (a statement timeout, a deadlock): nothing was
+                # recorded, and a claim still on its way would be granted
                 await asyncio.sleep(min(1.0, ttl / 10))
                 continue
             if fence is not None:

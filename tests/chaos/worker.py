@@ -131,7 +131,14 @@ class RecordingQueue(Queue):
 
     async def claim(self, owner: str | None = None, *, limit: int = 1,
                     ttl: float = 30.0) -> list[Job]:
-        jobs = await super().claim(owner, limit=limit, ttl=ttl)
+        return self._recorded(await super().claim(owner, limit=limit, ttl=ttl), ttl)
+
+    async def claimed_by(self, owner: str, ttl: float) -> list[Job]:
+        """The take-up after a claim that got no answer: its fences were
+        granted, and only this answer tells them."""
+        return self._recorded(await super().claimed_by(owner, ttl), ttl)
+
+    def _recorded(self, jobs: list[Job], ttl: float) -> list[Job]:
         for job in jobs:
             expires = job.lease.expires_at.timestamp()
             self.rec.record("claim", owner=job.lease.owner, resource=job.resource,
