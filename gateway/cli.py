@@ -8,7 +8,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import asyncpg
 
@@ -35,16 +36,38 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(_config_path(args), args.workers)
 
 
+#: what ends `fencegate dev` as Ctrl-C does: a closed terminal, `tmux kill-session`
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _interrupt_on_signals() -> None:
-    """SIGTERM and SIGHUP (a closed terminal, `tmux kill-session`) end
-    `fencegate dev` as Ctrl-C does, so the embedded PostgreSQL is stopped on
-    the way out rather than left running. (A SIGKILL runs nothing: the guard
-    of leases.embedded stops the server then.)"""
+    """SIGTERM and SIGHUP end `fencegate dev` as Ctrl-C does, so the embedded
+    PostgreSQL is stopped on the way out rather than left running. (A SIGKILL
+    runs nothing: the guard of leases.embedded stops the server then.) This
+    covers the start, before the event loop runs; ``_until_signalled`` the
+    rest."""
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in ENDING_SIGNALS:
         signal.signal(sig, handler)
+
+
+async def _until_signalled(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` until SIGTERM or SIGHUP, which cancel it as Ctrl-C does.
+    Through the event loop: an exception raised by a signal handler lands
+    wherever the loop happens to be, and code there that waits out or
+    retries a failure could swallow it (a `fencegate dev` kept running)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in ENDING_SIGNALS:
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await main
+    finally:
+        for sig in ENDING_SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -58,8 +81,8 @@ def _dev(args: argparse.Namespace) -> int:
     logs.setup(logging.WARNING)
     _interrupt_on_signals()
     try:
-        asyncio.run(run_dev(args.port))
-    except KeyboardInterrupt:
+        asyncio.run(_until_signalled(run_dev(args.port)))
+    except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     return 0
 

@@ -87,9 +87,12 @@ def dev_home(tmp_path: Path) -> Iterator[Path]:
 def start_dev(home: Path) -> subprocess.Popen[bytes]:
     out = home.parent / "dev.out"
     with out.open("wb") as sink:
+        # as from a terminal: Ctrl-C reaches it (a test run in a background
+        # job inherits SIGINT ignored, and Python then leaves it ignored)
         proc = subprocess.Popen([*FENCEGATE, "dev", "--port", "0"],
                                 env=env_with(**{database.HOME_ENV: str(home)}),
-                                stdout=sink, stderr=subprocess.STDOUT)
+                                stdout=sink, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: b"Ctrl-C stops everything." in out.read_bytes(), "fencegate dev starts")
     return proc
 
