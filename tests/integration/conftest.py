@@ -3,6 +3,7 @@ fresh database per test."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -151,6 +152,24 @@ class Gw:
         passed: what an operator waits for before resolving it."""
         await self.pool.execute("UPDATE fencegate_effects SET deadline = deadline - "
                                 "interval '1 hour' WHERE idempotency_key = $1", key)
+
+    async def effect_state(self, key: str) -> str | None:
+        """The ledger's state of the effect under ``key`` (None: no such row)."""
+        state: str | None = await self.pool.fetchval(
+            "SELECT state FROM fencegate_effects WHERE idempotency_key = $1", key)
+        return state
+
+    async def effect_state_after(self, key: str, leaving: str = "in_flight",
+                                 seconds: float = 5.0) -> str | None:
+        """The effect's state once it is no longer ``leaving`` (a record
+        landing behind the answer), or still that after ``seconds``."""
+        state = await self.effect_state(key)
+        for _ in range(int(seconds / 0.05)):
+            if state != leaving:
+                break
+            await asyncio.sleep(0.05)
+            state = await self.effect_state(key)
+        return state
 
     async def metric(self, name: str, **labels: str) -> float:
         async with self.http.get(self.url + "/metrics") as r:

@@ -31,15 +31,22 @@ async def _blocked(pool: asyncpg.Pool, conn: asyncpg.Connection,
     raise AssertionError("the second statement did not wait for the first's lock")
 
 
+async def _resource(pool: asyncpg.Pool, earlier_lease: bool) -> tuple[str, str]:
+    """A fresh resource (with an ended lease of another owner, whose row the
+    claim then updates, if ``earlier_lease``) and a fresh made-up owner."""
+    resource, ghost = f"run:ab-{secrets.token_hex(3)}", f"ghost:{secrets.token_hex(4)}"
+    if earlier_lease:
+        await pool.execute("SELECT fencegate_claim_lease($1, 'earlier', 0.001, false)",
+                           resource)
+        await asyncio.sleep(0.01)
+    return resource, ghost
+
+
 @pytest.mark.parametrize("earlier_lease", [False, True], ids=["new-row", "existing-row"])
 async def test_an_abandon_that_lands_while_the_claim_holds_the_row_ends_it(
     pool: asyncpg.Pool, earlier_lease: bool,
 ) -> None:
-    resource, ghost = f"run:ab-{secrets.token_hex(3)}", f"ghost:{secrets.token_hex(4)}"
-    if earlier_lease:  # an ended lease of another owner: the claim updates its row
-        await pool.execute("SELECT fencegate_claim_lease($1, 'earlier', 0.001, false)",
-                           resource)
-        await asyncio.sleep(0.01)
+    resource, ghost = await _resource(pool, earlier_lease)
     async with pool.acquire() as claimer, pool.acquire() as abandoner:
         tx = claimer.transaction()
         await tx.start()
@@ -57,11 +64,7 @@ async def test_an_abandon_that_lands_while_the_claim_holds_the_row_ends_it(
 async def test_a_claim_that_lands_while_the_abandon_is_under_way_is_refused(
     pool: asyncpg.Pool, earlier_lease: bool,
 ) -> None:
-    resource, ghost = f"run:ab-{secrets.token_hex(3)}", f"ghost:{secrets.token_hex(4)}"
-    if earlier_lease:
-        await pool.execute("SELECT fencegate_claim_lease($1, 'earlier', 0.001, false)",
-                           resource)
-        await asyncio.sleep(0.01)
+    resource, ghost = await _resource(pool, earlier_lease)
     async with pool.acquire() as claimer, pool.acquire() as abandoner:
         tx = abandoner.transaction()
         await tx.start()

@@ -37,8 +37,7 @@ async def test_a_repeat_before_the_record_lands_is_in_progress_then_unknown_neve
     status, _, body = await a.post("/v1/http/hook/x", a.headers(lease, "once"), json={"n": 1})
     assert status == 200, body  # the caller has the provider's answer
     assert len(a.hook.deliveries) == 1
-    assert await b.pool.fetchval("SELECT state FROM fencegate_effects "
-                                 "WHERE idempotency_key = 'once'") == "in_flight"
+    assert await b.effect_state("once") == "in_flight"
 
     # another process, while the record has not landed: in progress, nothing sent
     status, headers, body = await b.post("/v1/http/hook/x", b.headers(lease, "once"),
@@ -53,5 +52,4 @@ async def test_a_repeat_before_the_record_lands_is_in_progress_then_unknown_neve
     status, _, body = await b.post("/v1/http/hook/x", b.headers(lease, "once"), json={"n": 1})
     assert (status, body["code"]) == (409, "effect_outcome_unknown")
     assert len(b.hook.deliveries) == 1
-    assert await b.pool.fetchval("SELECT state FROM fencegate_effects "
-                                 "WHERE idempotency_key = 'once'") == "unknown"
+    assert await b.effect_state("once") == "unknown"

@@ -74,13 +74,18 @@ async def legacy() -> AsyncIterator[LegacyPeer]:
     await peer.close()
 
 
-async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
-    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,
-) -> None:
-    gw = await make_gw(providers={"legacy": {
+async def legacy_gateway(make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer) -> Gw:
+    """A gateway with the legacy peer as its provider "legacy" (no idempotency)."""
+    return await make_gw(providers={"legacy": {
         "kind": "http", "base_url": f"http://127.0.0.1:{legacy.port}/api",
         "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
         "idempotency_header": ""}})
+
+
+async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
+    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,
+) -> None:
+    gw = await legacy_gateway(make_gw, legacy)
     lease = await gw.leases.claim("run:latin1", ttl=60)
     assert lease is not None
 
@@ -90,13 +95,7 @@ async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
     assert status == 200, body
 
     # the record lands behind the answer: give it ample time
-    state = None
-    for _ in range(40):
-        state = await gw.pool.fetchval("SELECT state FROM fencegate_effects "
-                                       "WHERE idempotency_key = 'latin1'")
-        if state != "in_flight":
-            break
-        await asyncio.sleep(0.05)
+    state = await gw.effect_state_after("latin1", seconds=2.0)
     assert state == "succeeded", "the provider answered 200; the record never landed"
 
     # a repeat in the same process is the replay (docs/gateway.md), nothing sent
@@ -113,10 +112,7 @@ async def test_one_unrecordable_answer_does_not_lose_the_records_batched_with_it
     locked elsewhere for a moment); meanwhile the latin-1 answer and an
     ordinary webhook's answer gather into the next batch. The ordinary one's
     record must land: its caller had a 200, a repeat must be the replay."""
-    gw = await make_gw(providers={"legacy": {
-        "kind": "http", "base_url": f"http://127.0.0.1:{legacy.port}/api",
-        "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
-        "idempotency_header": ""}})
+    gw = await legacy_gateway(make_gw, legacy)
     held, poison, innocent = [await gw.leases.claim(f"run:{n}", ttl=60)
                               for n in ("held", "poison", "innocent")]
     assert held is not None and poison is not None and innocent is not None
@@ -150,13 +146,7 @@ async def test_one_unrecordable_answer_does_not_lose_the_records_batched_with_it
         await tx.rollback()
         await gw.pool.release(locker)
 
-    state = None
-    for _ in range(40):
-        state = await gw.pool.fetchval("SELECT state FROM fencegate_effects "
-                                       "WHERE idempotency_key = 'innocent'")
-        if state != "in_flight":
-            break
-        await asyncio.sleep(0.05)
+    state = await gw.effect_state_after("innocent", seconds=2.0)
     assert state == "succeeded", "an ordinary 200's record was lost with the batch"
 
 

@@ -33,9 +33,8 @@ async def test_a_free_that_did_not_land_is_not_answered_free(
                                     json={"n": 1})
     assert len(gw.hook.deliveries) == 1
     await asyncio.sleep(0.2)
-    state = await gw.pool.fetchval("SELECT state FROM fencegate_effects "
-                                   "WHERE idempotency_key = 'refused'")
-    assert state == "in_flight"  # the free did not land: the key is not free
+    # the free did not land: the key is not free
+    assert await gw.effect_state("refused") == "in_flight"
     gw.hook.status = 200
     again, _, _ = await gw.post("/v1/http/hook/x", gw.headers(lease, "refused"), json={"n": 1})
     assert again == 409 and len(gw.hook.deliveries) == 1  # the "free" key is not free

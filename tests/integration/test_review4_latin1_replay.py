@@ -15,8 +15,12 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from tests.integration.conftest import PROVIDER_TIMEOUT, Gw
-from tests.integration.test_review3_outcome_writer import LegacyPeer, legacy  # noqa: F401
+from tests.integration.conftest import Gw
+from tests.integration.test_review3_outcome_writer import (  # noqa: F401
+    LegacyPeer,
+    legacy,
+    legacy_gateway,
+)
 
 
 async def _raw(gw: Gw, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes]]:
@@ -29,10 +33,7 @@ async def _raw(gw: Gw, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes]
 async def test_a_replay_hands_back_the_header_bytes_the_first_answer_had(
     make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,  # noqa: F811
 ) -> None:
-    gw = await make_gw(providers={"legacy": {
-        "kind": "http", "base_url": f"http://127.0.0.1:{legacy.port}/api",
-        "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
-        "idempotency_header": ""}})
+    gw = await legacy_gateway(make_gw, legacy)
     lease = await gw.leases.claim("run:latin1", ttl=60)
     assert lease is not None
 

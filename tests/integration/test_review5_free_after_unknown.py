@@ -16,7 +16,6 @@ twice."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from tests.integration.conftest import Gw
@@ -32,11 +31,7 @@ async def test_a_free_recorded_as_unknown_is_not_answered_free(
     status, _, body = await gw.post("/v1/http/crm/contacts", gw.headers(lease, "k"),
                                     json={"n": 1})
     assert (status, body.get("code")) == (502, "provider_outcome_unknown"), body
-    for _ in range(100):
-        if await gw.pool.fetchval("SELECT state FROM fencegate_effects "
-                                  "WHERE idempotency_key = 'k'") == "unknown":
-            break
-        await asyncio.sleep(0.05)
+    assert await gw.effect_state_after("k") == "unknown"
 
     gw.hook.status = 503  # this attempt did nothing; the first one may have
     status, _, body = await gw.post("/v1/http/crm/contacts", gw.headers(lease, "k"),

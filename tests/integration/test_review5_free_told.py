@@ -32,12 +32,6 @@ REFUSE_FREE = """
       WHEN (OLD.idempotency_key = 'refused') EXECUTE FUNCTION review5_refuse();"""
 
 
-async def _state(gw: Gw, key: str) -> str | None:
-    state: str | None = await gw.pool.fetchval(
-        "SELECT state FROM fencegate_effects WHERE idempotency_key = $1", key)
-    return state
-
-
 async def test_a_configured_rate_refusal_whose_free_did_not_land_is_not_answered_free(
     make_gw: Callable[..., Awaitable[Gw]],
 ) -> None:
@@ -55,7 +49,7 @@ async def test_a_configured_rate_refusal_whose_free_did_not_land_is_not_answered
         (429, "rate_limited", "configured_rate"), body
     assert len(gw.hook.deliveries) == 1  # nothing sent
     await asyncio.sleep(0.2)
-    assert await _state(gw, "refused") == "in_flight"  # the free did not land
+    assert await gw.effect_state("refused") == "in_flight"  # the free did not land
     again, _, body2 = await gw.post("/v1/http/hook/x", gw.headers(lease, "refused"),
                                     json={"n": 2})
     assert again == 409 and body2.get("code") == "effect_in_progress"  # not free
@@ -83,7 +77,7 @@ async def test_a_free_that_did_not_land_keeps_the_providers_status(
                                     json={"n": 1})
     assert len(gw.hook.deliveries) == 2
     await asyncio.sleep(0.2)
-    assert await _state(gw, "refused") == "in_flight"  # the free did not land
+    assert await gw.effect_state("refused") == "in_flight"  # the free did not land
     assert (status, body.get("code")) == (502, "provider_error"), body
     assert "released" in str(body.get("detail", "")), body  # _not_freed answered
     # same status and code, and the provider's status with them (docs/gateway.md)

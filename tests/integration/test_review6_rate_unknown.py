@@ -16,7 +16,6 @@ rate limit; nothing happened) may do it again under a new key."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from tests.integration.conftest import Gw
@@ -34,11 +33,7 @@ async def test_a_configured_rate_refusal_whose_free_came_to_unknown_says_unknown
     status, _, body = await gw.post("/v1/http/crm/contacts", gw.headers(lease, "k"),
                                     json={"n": 1})
     assert (status, body.get("code")) == (502, "provider_outcome_unknown"), body
-    for _ in range(100):
-        if await gw.pool.fetchval("SELECT state FROM fencegate_effects "
-                                  "WHERE idempotency_key = 'k'") == "unknown":
-            break
-        await asyncio.sleep(0.05)
+    assert await gw.effect_state_after("k") == "unknown"
 
     # the repeat is admitted again inside the window, then refused by the rate
     status, headers, body = await gw.post("/v1/http/crm/contacts", gw.headers(lease, "k"),
