@@ -283,25 +283,3 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
     assert shown["state"] == "succeeded"
 
 
-def test_the_dev_guide_works_as_printed(dsn: str, tmp_path: Path) -> None:
-    """`make run` prints a curl sequence; run it as a user would, in bash."""
-    env = {**os.environ, database.DATABASE_URL_ENV: dsn, database.HOME_ENV: str(tmp_path)}
-    with (tmp_path / "dev.out").open("w") as out:
-        proc = subprocess.Popen([*FENCEGATE, "dev", "--port", "0"], env=env, stdout=out,
-                                stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            text = (tmp_path / "dev.out").read_text()
-            if "Ctrl-C stops everything." in text:
-                break
-            time.sleep(0.05)
-        guide = text[text.index("  export FG="):text.index("Ctrl-C stops everything.")]
-        ran = subprocess.run(["bash", "-euc", guide], capture_output=True, text=True,
-                             timeout=60)
-        assert ran.returncode == 0, ran.stderr
-        assert '"status": "sent"' in ran.stdout
-        assert "Idempotent-Replayed: true" in ran.stdout
-        assert '"code": "stale_fence"' in ran.stdout
-    finally:
-        proc.terminate()
-        proc.wait(20)

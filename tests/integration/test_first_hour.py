@@ -273,3 +273,86 @@ def test_cli_answers_say_what_happened(dsn: str) -> None:
     assert renew.returncode == 2
     assert "owners are per process" in renew.stderr.lower().replace("\n", " ")
     assert "--owner NAME" in renew.stderr
+
+
+# ---- the dev guide and its ports ---------------------------------------------------
+
+def start_dev_on(home: Path, dsn: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """`fencegate dev` on an outside database, as `make run` with a DSN set."""
+    out = home.parent / f"dev-{len(list(home.parent.glob('dev-*.out')))}.out"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen([*FENCEGATE, "dev", *args],
+                                env=env_with(**{database.HOME_ENV: str(home),
+                                                database.DATABASE_URL_ENV: dsn}),
+                                stdout=sink, stderr=subprocess.STDOUT)
+    wait_for(lambda: b"Ctrl-C stops everything." in out.read_bytes() or proc.poll() is not None,
+             "fencegate dev starts or ends")
+    return proc, out
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(SOON)
+
+
+def test_the_dev_guide_sends_again_in_every_session(dsn: str, tmp_path: Path) -> None:
+    """The printed curl sequence works as printed, and a second session on the
+    same database sends its email again (fresh keys each start), never a
+    silent replay of the first session's."""
+    home = tmp_path / ".fencegate"
+    for session in range(2):
+        proc, out = start_dev_on(home, dsn, "--port", "0")
+        try:
+            text = out.read_text()
+            guide = text[text.index("  export FG="):text.index("Ctrl-C stops everything.")]
+            ran = subprocess.run(["bash", "-euc", guide], capture_output=True, text=True,
+                                 timeout=120)
+            assert ran.returncode == 0, ran.stderr
+            assert ran.stdout.count('"status": "sent"') == 2, ran.stdout
+            # step 3 only: step 2 sent
+            assert ran.stdout.count("Idempotent-Replayed: true") == 1, (session, ran.stdout)
+            assert '"code": "stale_fence"' in ran.stdout
+            wait_for(lambda: b"[smtp sink] message" in out.read_bytes(),  # noqa: B023
+                     f"session {session}'s email reaches the sink")
+        finally:
+            stop(proc)
+
+
+def test_dev_refuses_a_port_in_use_and_says_what_to_do(dsn: str, tmp_path: Path) -> None:
+    """`fencegate dev --port N` listens on N or ends with an error naming N;
+    it never comes up silently somewhere else."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc, out = start_dev_on(tmp_path / ".fencegate", dsn, "--port", str(port))
+        try:
+            assert proc.wait(SOON) == 2
+        finally:
+            if proc.poll() is None:
+                stop(proc)
+    text = out.read_text()
+    assert f"127.0.0.1:{port} is in use" in text and "--port" in text, text
+    assert "Traceback" not in text
+    assert not (tmp_path / ".fencegate" / "dev.toml").exists()
+
+
+def test_a_second_dev_in_one_folder_is_refused_and_leaves_the_first_alone(
+        dsn: str, tmp_path: Path) -> None:
+    """Two `fencegate dev` in one folder would share dev.toml: the second
+    ends with a message naming the first, and the first's configuration is
+    untouched."""
+    home = tmp_path / ".fencegate"
+    first, out = start_dev_on(home, dsn, "--port", "0")
+    try:
+        config = (home / "dev.toml").read_text()
+        url = re.search(r"gateway +(http://\S+)", out.read_text())
+        assert url is not None
+        second, out2 = start_dev_on(home, dsn, "--port", "0")
+        assert second.wait(SOON) == 2
+        text = out2.read_text()
+        assert "fencegate dev is already running" in text and url.group(1) in text, text
+        assert (home / "dev.toml").read_text() == config
+        assert first.poll() is None
+    finally:
+        stop(first)
