@@ -158,7 +158,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     serve.set_defaults(func=_serve)
     dev = sub.add_parser("dev", help="embedded database, local sinks, a dev key: try it")
-    dev.add_argument("--port", type=int, default=8080)
+    dev.add_argument("--port", type=int, default=8080,
+                     help="the gateway's port (default 8080; 0: any free port)")
     dev.set_defaults(func=_dev)
     demo = sub.add_parser("demo", help="the zombie-worker scenario as a timeline")
     demo.set_defaults(func=_demo)

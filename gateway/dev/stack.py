@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import secrets
 import socket
 import tomllib
@@ -24,6 +26,7 @@ from leases import database, migrate
 from ..app import build_app
 from ..auth import key_sha256
 from ..config import Config, load, parse
+from ..errors import ConfigError
 from .sinks import SmtpSink, WebhookSink
 
 log = logging.getLogger("fencegate.dev")
@@ -33,15 +36,78 @@ DEV_SMTP_PORT = 2525
 DEV_WEBHOOK_PORT = 9000
 
 
-def _free(port: int) -> int:
-    """``port`` if it can be bound on loopback, else any free port."""
+def _bindable(port: int) -> OSError | None:
+    """Why ``port`` cannot be bound on loopback (None: it can), as the
+    gateway's own site will bind it (address reuse on, so TIME_WAIT is free)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
-            return port
+        except OSError as exc:
+            return exc
+    return None
+
+
+def gateway_port_or_refuse(port: int) -> int:
+    """The gateway's port as asked: a port in use is an error that says what
+    to do (as `fencegate serve` does), never a silent move elsewhere."""
+    if port == 0:
+        return 0
+    exc = _bindable(port)
+    if exc is None:
+        return port
+    why = "is in use (another fencegate dev?)" if exc.errno == errno.EADDRINUSE \
+        else f"cannot be bound ({exc.strerror})"
+    raise ConfigError(f"fencegate dev: 127.0.0.1:{port} {why}: stop what listens there, "
+                      "or choose another port: fencegate dev --port N (0: any free port)")
+
+
+def sink_port(name: str, port: int, notes: list[str]) -> int:
+    """A sink's usual port, or any free one, with a note for the guide that
+    says it moved (the dev configuration follows it)."""
+    if _bindable(port) is None:
+        return port
+    notes.append(f"{name}: 127.0.0.1:{port} is in use, so it listens on another port "
+                 "(the one shown below; dev.toml says the same)")
+    return 0
+
+
+class DevLock:
+    """One `fencegate dev` per folder: the second would rewrite the first's
+    ``dev.toml`` under it and share its database. An advisory lock on
+    ``.fencegate/dev.lock``, released by the kernel however the holder ends."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / "dev.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock, as before
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(
+                f"fencegate dev is already running from {self.path.parent} ({holder}): "
+                "use that one, or stop it first (Ctrl-C in its terminal)") from None
+        self._fd = fd
+
+    def note(self, text: str) -> None:
+        """What a second `fencegate dev` is told about this one."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, text.encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def dev_api_key(home: Path) -> str:
@@ -112,6 +178,8 @@ class DevStack:
     database: str
     smtp: SmtpSink
     hook: WebhookSink
+    #: what the guide must say about ports that moved
+    notes: list[str]
 
 
 @contextlib.asynccontextmanager
@@ -122,45 +190,72 @@ async def dev_stack(gateway_port: int = DEV_GATEWAY_PORT, *,
     (``fencegate demo``) a key and a configuration are made up in memory, so a
     running ``fencegate dev`` is left alone."""
     home = database.home()
+    lock = DevLock(home)
+    if own_files:
+        lock.acquire()
+    try:
+        async with _started(home, gateway_port, own_files, lock) as stack:
+            yield stack
+    finally:
+        lock.release()
+
+
+@contextlib.asynccontextmanager
+async def _started(home: Path, gateway_port: int, own_files: bool,
+                   lock: DevLock) -> AsyncIterator[DevStack]:
+    port = gateway_port_or_refuse(gateway_port)
     where: list[str] = []
+    notes: list[str] = []
     dsn = database.database_url(say=where.append, guard=own_files)
     await migrate.migrate_dsn(dsn)
-    smtp = await SmtpSink().start(port=_free(DEV_SMTP_PORT) if own_files else 0)
-    hook = await WebhookSink().start(port=_free(DEV_WEBHOOK_PORT) if own_files else 0)
-    port = _free(gateway_port) if gateway_port else 0
-    if own_files:
-        api_key = dev_api_key(home)
-        path: Path | None = write_dev_config(home, api_key, port, smtp.port, hook.port)
-        assert path is not None
-        config = load(path)
-    else:
-        api_key, path = "fg_demo_" + secrets.token_urlsafe(18), None
-        config = parse(tomllib.loads(dev_config_text(api_key, port, smtp.port, hook.port)),
-                       "<demo>")
-    runner = web.AppRunner(build_app(config, dsn, migrate_on_start=False), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    port = runner.addresses[0][1]
+    smtp = await SmtpSink().start(
+        port=sink_port("SMTP sink", DEV_SMTP_PORT, notes) if own_files else 0)
+    hook = await WebhookSink().start(
+        port=sink_port("webhook sink", DEV_WEBHOOK_PORT, notes) if own_files else 0)
     try:
-        yield DevStack(f"http://127.0.0.1:{port}", api_key, config, path, dsn,
-                       where[0] if where else f"{database.redacted(dsn)} "
-                       f"({database.DATABASE_URL_ENV})", smtp, hook)
+        if own_files:
+            api_key = dev_api_key(home)
+            path: Path | None = write_dev_config(home, api_key, port, smtp.port, hook.port)
+            assert path is not None
+            config = load(path)
+        else:
+            api_key, path = "fg_demo_" + secrets.token_urlsafe(18), None
+            config = parse(tomllib.loads(dev_config_text(api_key, port, smtp.port, hook.port)),
+                           "<demo>")
+        runner = web.AppRunner(build_app(config, dsn, migrate_on_start=False), access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", port)
+            await site.start()
+            port = runner.addresses[0][1]
+            url = f"http://127.0.0.1:{port}"
+            lock.note(f"pid {os.getpid()}, {url}")
+            if own_files and path is not None and gateway_port == 0:
+                # the port the gateway got, so dev.toml says where it is
+                write_dev_config(home, api_key, port, smtp.port, hook.port)
+            yield DevStack(url, api_key, config, path, dsn,
+                           where[0] if where else f"{database.redacted(dsn)} "
+                           f"({database.DATABASE_URL_ENV})", smtp, hook, notes)
+        finally:
+            await runner.cleanup()
     finally:
-        await runner.cleanup()
         await hook.close()
         await smtp.close()
 
 
 def curl_guide(stack: DevStack) -> str:
-    resource = f"run:demo-{secrets.token_hex(2)}"  # fresh each start: the guide re-runs
+    # fresh each start, the keys too: the guide re-run against the same
+    # database must send again, not replay the last session's email
+    run = secrets.token_hex(3)
+    resource = f"run:demo-{run}"
     auth = '-H "Authorization: Bearer $FG_KEY"'
     json_h = "-H 'Content-Type: application/json'"
     fence = "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"fence\"])'"
     email = ("'{\"from\": \"agent@example.com\", \"to\": [\"lead@example.com\"], "
              "\"subject\": \"Hello\", \"text\": \"Hi from fencegate\"}'")
+    moved = "".join(f"\n  note: {n}" for n in stack.notes)
     return f"""
-fencegate dev is up.
+fencegate dev is up.{moved}
   gateway      {stack.url}   (config: {stack.config_path})
   console      {stack.url}/console   (log in with the dev API key below)
   API docs     {stack.url}/docs      OpenAPI: {stack.url}/openapi.json
@@ -180,13 +275,13 @@ Try it from another terminal:
     -d '{{"resource": "{resource}", "owner": "worker-a", "ttl_seconds": 60}}' | {fence})
   echo "fence: $FENCE"
 
-  # 2. send an email under that fence (200, "sent")
-  curl -s $FG/v1/email {auth} {json_h} -H "Fence-Resource: {resource}" \\
-    -H "Fence-Token: $FENCE" -H "Idempotency-Key: welcome-1" -d {email}
+  # 2. send an email under that fence (200, "sent"; the SMTP sink prints it)
+  curl -si $FG/v1/email {auth} {json_h} -H "Fence-Resource: {resource}" \\
+    -H "Fence-Token: $FENCE" -H "Idempotency-Key: welcome-{run}" -d {email}
 
   # 3. the same again: replayed (Idempotent-Replayed: true), nothing sent
   curl -si $FG/v1/email {auth} {json_h} -H "Fence-Resource: {resource}" \\
-    -H "Fence-Token: $FENCE" -H "Idempotency-Key: welcome-1" -d {email}
+    -H "Fence-Token: $FENCE" -H "Idempotency-Key: welcome-{run}" -d {email}
 
   # 4. worker-a lets go, worker-b claims: worker-a's fence is now stale (412 stale_fence)
   curl -s -X POST $FG/v1/leases/release {auth} {json_h} \\
@@ -194,7 +289,7 @@ Try it from another terminal:
   curl -s -X POST $FG/v1/leases/claim {auth} {json_h} \\
     -d '{{"resource": "{resource}", "owner": "worker-b", "ttl_seconds": 60}}'
   curl -s $FG/v1/email {auth} {json_h} -H "Fence-Resource: {resource}" \\
-    -H "Fence-Token: $FENCE" -H "Idempotency-Key: welcome-2" -d {email}
+    -H "Fence-Token: $FENCE" -H "Idempotency-Key: welcome-{run}-2" -d {email}
 
 Ctrl-C stops everything.
 """
