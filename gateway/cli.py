@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
 import signal
@@ -148,10 +149,18 @@ async def _resolve(args: argparse.Namespace, ledger: Ledger) -> int:
     return 0 if ok else 1
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("fencegate")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree never installed
+        return "(not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fencegate", description="Fenced leases and a side-effect gateway."
     )
+    p.add_argument("--version", action="version", version=f"fencegate {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", help=f"TOML configuration (default: ${CONFIG_ENV})")
@@ -169,18 +178,20 @@ def parser() -> argparse.ArgumentParser:
     effects = sub.add_parser("effects", help="inspect and resolve effects")
     verbs = effects.add_subparsers(dest="verb", required=True)
     show = verbs.add_parser("show", help="one effect")
-    show.add_argument("key")
-    show.add_argument("--client", required=True)
+    show.add_argument("key", help="the idempotency key")
+    show.add_argument("--client", required=True, help="the client that sent it")
     lst = verbs.add_parser("list", help="recent effects")
-    lst.add_argument("--client")
-    lst.add_argument("--state", choices=["in_flight", "succeeded", "failed", "unknown"])
-    lst.add_argument("--limit", type=int, default=50)
+    lst.add_argument("--client", help="one client's effects (default: every client's)")
+    lst.add_argument("--state", choices=["in_flight", "succeeded", "failed", "unknown"],
+                     help="only effects in this state")
+    lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     res = verbs.add_parser("resolve", help="settle an effect whose outcome is unknown")
-    res.add_argument("key")
-    res.add_argument("--client", required=True)
-    res.add_argument("--outcome", required=True, choices=["sent", "not_sent"])
+    res.add_argument("key", help="the idempotency key")
+    res.add_argument("--client", required=True, help="the client that sent it")
+    res.add_argument("--outcome", required=True, choices=["sent", "not_sent"],
+                     help="what the provider says happened")
     for v in (show, lst, res):
-        v.add_argument("--json", action="store_true")
+        v.add_argument("--json", action="store_true", help="print JSON")
         v.set_defaults(func=_effects)
     return p
 

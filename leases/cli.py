@@ -171,7 +171,7 @@ def _migrate(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``migrate`` and ``lease`` to the ``fencegate`` command line."""
     p = sub.add_parser("migrate", help="apply database migrations")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_migrate)
 
     lease = sub.add_parser("lease", help="claim, renew, release or show a lease")
@@ -179,9 +179,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     def verb(name: str, handler: Handler, help_: str, fence: bool, ttl: bool) -> None:
         v = verbs.add_parser(name, help=help_)
-        v.add_argument("resource")
+        v.add_argument("resource", help="the resource, e.g. run:42")
         if fence:
-            v.add_argument("--fence", type=int, required=True)
+            v.add_argument("--fence", type=int, required=True,
+                           help="the fence your claim returned")
         if ttl:
             v.add_argument("--ttl", type=float, default=30.0, help="seconds (default 30)")
         v.add_argument("--owner", help="owner id; renew and release need the one that "

@@ -282,3 +282,25 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
     assert shown["state"] == "succeeded"
 
 
+
+
+def test_version_and_every_flag_say_what_they_are() -> None:
+    """`fencegate --version` prints the version; every option of every verb
+    has a help text (argparse's bare metavar is not one)."""
+    from gateway.cli import parser
+
+    out = subprocess.run([*FENCEGATE, "--version"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and re.fullmatch(r"fencegate \d+\.\d+\.\d+\S*\n", out.stdout)
+    missing = []
+
+    def walk(p: object, path: str) -> None:
+        for action in p._actions:  # type: ignore[attr-defined]
+            if action.__class__.__name__ == "_SubParsersAction":
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif action.help is None:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(parser(), "fencegate")
+    assert missing == []
