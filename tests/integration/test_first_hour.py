@@ -142,9 +142,11 @@ def test_the_cli_finds_the_database_of_a_parent_folder_and_says_which(
     env = env_with()
     env.pop(database.HOME_ENV, None)
     project = dev_home.parent
-    made = fencegate("lease", "claim", "run:1", "--owner", "me", env=env, cwd=project)
+    made = fencegate("migrate", env=env, cwd=project)
     assert made.returncode == 0, made.stderr
     assert f"made a new, empty embedded PostgreSQL in {dev_home / 'pgdata'}" in made.stderr
+    claimed = fencegate("lease", "claim", "run:1", "--owner", "me", env=env, cwd=project)
+    assert claimed.returncode == 0, claimed.stderr
     sub = project / "src" / "deep"
     sub.mkdir(parents=True)
     shown = fencegate("lease", "show", "run:1", "--json", env=env, cwd=sub)
@@ -163,6 +165,30 @@ async def test_lease_client_without_a_dsn_uses_the_clis_database(
     out = fencegate("lease", "show", "run:no-dsn", "--json",
                     env=env_with(**{database.DATABASE_URL_ENV: dsn}))
     assert json.loads(out.stdout)["fence"] == lease.fence
+
+
+@needs_embedded
+def test_nothing_but_dev_and_migrate_makes_a_database(tmp_path: Path) -> None:
+    """Outside a project (no .fencegate/ here or above, no DSN), the CLI and
+    `LeaseClient()` make no empty database to answer from: they say none was
+    found and how to get one, and leave no folder behind."""
+    env = env_with()
+    env.pop(database.HOME_ENV, None)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = fencegate("lease", "show", "run:1", env=env, cwd=elsewhere)
+    assert out.returncode == 2, out.stderr
+    assert "there is no fencegate database here" in out.stderr
+    assert "fencegate dev" in out.stderr and database.DATABASE_URL_ENV in out.stderr
+    assert "Traceback" not in out.stderr and "no lease" not in out.stdout
+    script = ("import asyncio\nfrom leases import LeaseClient\nfrom leases.errors import "
+              "NoDatabase\nasync def main():\n    try:\n        async with LeaseClient() as c:"
+              "\n            await c.claim('run:1', ttl=5)\n    except NoDatabase as e:\n"
+              "        print('refused:', e)\nasyncio.run(main())\n")
+    ran = subprocess.run([sys.executable, "-c", script], env=env, cwd=elsewhere,
+                         capture_output=True, text=True, timeout=120)
+    assert "refused:" in ran.stdout and "fencegate dev" in ran.stdout, ran.stderr
+    assert list(elsewhere.iterdir()) == []
 
 
 # ---- startup errors say what is wrong -----------------------------------------------
