@@ -16,7 +16,10 @@ import pytest
 
 from leases import database, migrate
 
-TEMPLATE = "fencegate_template"
+#: this session's template: two test runs at once (two `make test` in one
+#: checkout, or beside a benchmark) share the embedded server, and must not
+#: drop each other's databases
+TEMPLATE = f"fencegate_template_{os.getpid()}"
 _counter = itertools.count()
 
 
@@ -29,24 +32,53 @@ def server_dsn() -> Iterator[str]:
     yield database.start_embedded(database.home() / "test-pgdata", scratch=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _left_by_the_dead(names: list[str]) -> list[str]:
+    """Test databases whose session's process is gone (killed runs leave them)."""
+    dead = []
+    for name in names:
+        pid = name.removeprefix("fencegate_template_").removeprefix("fg_test_").split("_")[0]
+        if not pid.isdigit() or not _alive(int(pid)) or int(pid) == os.getpid():
+            dead.append(name)
+    return dead
+
+
 async def _create_template(dsn: str) -> None:
     admin = await asyncpg.connect(dsn)
     try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        names = [r[0] for r in await admin.fetch(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'fg\\_test\\_%' "
+            "OR datname LIKE 'fencegate\\_template%'")]
+        for name in _left_by_the_dead(names):
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.execute(f"CREATE DATABASE {TEMPLATE}")
-        for name in await admin.fetch(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'fg_test_%'"
-        ):
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name[0]}" WITH (FORCE)')
     finally:
         await admin.close()
     await migrate.migrate_dsn(database.with_database(dsn, TEMPLATE))
 
 
+async def _drop_template(dsn: str) -> None:
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+    finally:
+        await admin.close()
+
+
 @pytest.fixture(scope="session")
-def template_ready(server_dsn: str) -> str:
+def template_ready(server_dsn: str) -> Iterator[str]:
     asyncio.run(_create_template(server_dsn))
-    return server_dsn
+    yield server_dsn
+    asyncio.run(_drop_template(server_dsn))
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ code, and nothing reaches a provider."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from tests.conftest import TEMPLATE
 from tests.integration.conftest import API_KEY, gateway_config
 
 schema = schemathesis.openapi.from_dict(document(ROUTES))
-DB = "fg_test_fuzz"
+DB = f"fg_test_{os.getpid()}_fuzz"
 
 
 @dataclass
