@@ -154,7 +154,7 @@ async def _show(args: argparse.Namespace, client: LeaseClient) -> int:
 
 def _migrate(args: argparse.Namespace) -> int:
     async def main() -> int:
-        dsn = database.database_url(say=say_database)
+        dsn = database.database_url(say=say_database, create=True)
         try:
             applied = await migrate.migrate_dsn(dsn)
         except CONNECT_ERRORS as exc:

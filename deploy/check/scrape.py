@@ -338,7 +338,7 @@ async def run(tmp: Path) -> None:
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         raise CheckFailed("no prometheus binary: apt-get install prometheus")
-    dsn = database.database_url()
+    dsn = database.database_url(create=True)
     smtp, hook = await SmtpSink().start(), await WebhookSink().start()
     gw_port, worker_port, prom_port = free_port(), free_port(), free_port()
     (tmp / "gateway.toml").write_text(gateway_config(gw_port, smtp.port, hook.port))

@@ -206,7 +206,7 @@ async def _started(home: Path, gateway_port: int, own_files: bool,
     port = gateway_port_or_refuse(gateway_port)
     where: list[str] = []
     notes: list[str] = []
-    dsn = database.database_url(say=where.append, guard=own_files)
+    dsn = database.database_url(say=where.append, guard=own_files, create=True)
     await migrate.migrate_dsn(dsn)
     smtp = await SmtpSink().start(
         port=sink_port("SMTP sink", DEV_SMTP_PORT, notes) if own_files else 0)
