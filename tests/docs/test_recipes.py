@@ -1,0 +1,55 @@
+"""The recipes in docs/recipes/ do what they say, again and again: a second
+run against the same database works (and sends nothing new), and a recipe
+that could not do its job fails loudly instead of reporting success."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leases import LeaseClient, database
+from tests.docs.test_snippets import ROOT, SNIPPETS, Snippet
+from tests.integration.conftest import API_KEY, Gw
+
+
+def recipe(name: str) -> Snippet:
+    found = [s for s in SNIPPETS if s.path == ROOT / "docs" / "recipes" / name
+             and s.lang == "python" and s.not_run is None]
+    assert len(found) == 1, name
+    return found[0]
+
+
+def run(snippet: Snippet, gw: Gw, dsn: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "recipe.py"
+    script.write_text(snippet.code)
+    env = {**os.environ, "FG": gw.url, "FG_KEY": API_KEY, database.DATABASE_URL_ENV: dsn,
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["procrastinate.md", "langgraph.md"])
+async def test_a_recipe_runs_twice_on_one_database_and_sends_once(
+        name: str, gw: Gw, dsn: str, tmp_path: Path) -> None:
+    for attempt in range(2):
+        ran = await asyncio.to_thread(run, recipe(name), gw, dsn, tmp_path)
+        assert ran.returncode == 0, f"run {attempt}:\n{ran.stdout}\n{ran.stderr}"
+    assert len(gw.smtp.deliveries) == 1
+
+
+async def test_the_langgraph_recipe_fails_loudly_when_it_cannot_send(
+        gw: Gw, dsn: str, tmp_path: Path) -> None:
+    """lead:42 held by another run: the recipe sent nothing, so it must not
+    end as if it had."""
+    async with LeaseClient(dsn, owner="another-run") as other:
+        assert await other.claim("lead:42", ttl=120) is not None
+        ran = await asyncio.to_thread(run, recipe("langgraph.md"), gw, dsn, tmp_path)
+    assert ran.returncode != 0
+    assert "LeadBusy" in ran.stderr and "lead:42" in ran.stderr
+    assert "sent once" not in ran.stdout
+    assert gw.smtp.deliveries == []
