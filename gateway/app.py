@@ -17,11 +17,19 @@ from leases import Busy, LeaseClient, Unavailable, database, migrate
 from leases.metrics import AWAITING_PURGE
 from leases.observe import QueueCollector
 
-from . import console
+from . import console, parserlog
 from .auth import Authenticator
 from .config import Config, SmtpProviderConfig
 from .ledger import Ledger
-from .metrics import DB_UNAVAILABLE, HTTP_DURATION, IN_FLIGHT, REQUESTS_REFUSED, start_at_zero
+from .metrics import (
+    DB_UNAVAILABLE,
+    HTTP_DURATION,
+    IN_FLIGHT,
+    REQUESTS_REFUSED,
+    method_label,
+    start_at_zero,
+    status_label,
+)
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
@@ -67,7 +75,10 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @functools.lru_cache(maxsize=1024)
 def _duration(route: str, method: str, status: int) -> Any:
-    return HTTP_DURATION.labels(route=route, method=method, status=str(status))
+    """The series of one answer; every label from a bounded set (the route's
+    pattern or "unmatched", a known method or "other", a status code)."""
+    return HTTP_DURATION.labels(route=route, method=method_label(method),
+                                status=status_label(status))
 
 
 def _unanswered(request: web.Request) -> str:
@@ -150,6 +161,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
               processes: int = 1) -> web.Application:
     """The gateway for ``config`` on the database at ``dsn``, as one of
     ``processes`` serving processes (each takes its share of the rate limits)."""
+    parserlog.install()  # no caller's bytes (an API key) in aiohttp's own log
     app = web.Application(middlewares=[front],
                           client_max_size=config.server.max_body_bytes + 1)
     routes: dict[object, Route] = {}
