@@ -10,6 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
@@ -19,7 +20,7 @@ from leases import policy as lease_policy
 from leases.observe import exposition
 
 from . import effects, requests, schemas
-from .auth import check_resource
+from .auth import check_provider, check_resource
 from .bodies import read_limited
 from .config import ClientConfig
 from .problems import Problem
@@ -131,6 +132,7 @@ async def send_email(request: web.Request) -> web.StreamResponse:
         raise requests.bad("body", "must be valid UTF-8 JSON") from None
     email = requests.email_request(body)
     provider = email_provider(gw, email.provider)
+    check_provider(client_of(request), provider.config.name)
     effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
     return await effects.run(gw, effect)
 
@@ -144,8 +146,9 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     if not raw_path.startswith(prefix):
         raise requests.bad("path", "must follow /v1/http/{provider}/")
     path = requests.provider_path(raw_path[len(prefix):])
-    body = await read_body(request)
     provider = provider_named(gw, name, "http")
+    check_provider(client_of(request), name, unquote(path))
+    body = await read_body(request)
     effect = effects.Effect.http(
         client_of(request).name, headers, provider, method=request.method, path=path,
         query=request.rel_url.raw_query_string, forwarded=dict(request.headers), body=body,
@@ -375,7 +378,7 @@ def _lease_schema(*required: str) -> dict[str, Any]:
 
 
 _EFFECT_ANSWERS = {200: "the provider's answer (or a replay of it)", 400: "bad_request",
-                   401: "unauthenticated", 403: "forbidden_resource",
+                   401: "unauthenticated", 403: "forbidden_resource | forbidden_provider",
                    408: "request_timeout",
                    409: "effect_in_progress | effect_outcome_unknown",
                    412: "stale_fence | lease_expired | no_lease | invalid_fence",
