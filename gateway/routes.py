@@ -3,7 +3,6 @@ both built from ``ROUTES``, so they cannot drift apart."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -19,9 +18,9 @@ from leases import InvalidArgument, Unavailable, database, formats, migrate
 from leases import policy as lease_policy
 from leases.observe import exposition
 
-from . import effects, requests, schemas
+from . import effects, requests, schemas, slots
 from .auth import check_provider, check_resource
-from .bodies import read_limited
+from .bodies import receive
 from .config import ClientConfig
 from .problems import Problem
 from .providers import Provider
@@ -49,6 +48,11 @@ class Route:
     result_type: str = "application/json"
 
     @property
+    def reads_body(self) -> bool:
+        """Whether the handler reads a body (and takes its slot once it has it)."""
+        return self.effect or self.body is not None
+
+    @property
     def openapi_path(self) -> str:
         return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", self.path)
 
@@ -63,19 +67,23 @@ def client_of(request: web.Request) -> ClientConfig:
 
 
 async def read_body(request: web.Request) -> bytes:
-    """The whole request body (chunked or not), within the size and time limits."""
-    server = gw_of(request).config.server
-    limit = server.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
+    """The whole request body (chunked or not), within the size and time
+    limits; then the request takes its slot (gateway/slots.py). A client may
+    be sending at most ``max_requests_in_flight`` bodies at once."""
+    gw = gw_of(request)
+    server = gw.config.server
+    name = client_of(request).name
+    limit = gw.config.max_requests_in_flight
+    if gw.receiving.get(name, 0) >= limit:
+        raise slots.overloaded(limit, "bodies being received for one client")
+    gw.receiving[name] = gw.receiving.get(name, 0) + 1
     try:
-        async with asyncio.timeout(server.body_timeout_seconds):
-            body = await read_limited(request.content, limit)
-    except TimeoutError:
-        raise Problem("request_timeout", "the body did not arrive within "
-                      f"{server.body_timeout_seconds:g} seconds") from None
-    if len(body) > limit:
-        raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
+        body = await receive(request, server.max_body_bytes, server.body_timeout_seconds)
+    finally:
+        gw.receiving[name] -= 1
+        if not gw.receiving[name]:
+            del gw.receiving[name]
+    slots.take(request)
     return body
 
 
