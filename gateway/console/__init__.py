@@ -32,9 +32,12 @@ from leases import Queue, Unavailable, formats
 from .. import requests, slots
 from ..bodies import receive
 from ..config import ClientConfig
+from ..ratelimit import retry_after_header
 from ..rejections import RejectionLog
 from ..state import GATEWAY, Gateway
+from ..wire import RETRY_AFTER
 from . import screens, session
+from .throttle import THROTTLE_KEY, LoginThrottle
 
 log = logging.getLogger("fencegate.console")
 
@@ -128,13 +131,25 @@ async def login(request: web.Request) -> web.StreamResponse:
     if not session.same_origin(request):
         return _render("login.html", request, {"error": NOTICES["refused"]}, status=403)
     form = await _form(request)
+    throttle = request.app[THROTTLE_KEY]
+    source, now = request.remote or "", throttle.clock()
+    wait = throttle.wait(source, now)
+    if wait > 0:  # the key is not looked at: a right one is refused too
+        log.warning("console login throttled", extra={
+            "peer": source, "retry_after_seconds": round(wait, 1)})
+        refused = _render("login.html", request, {
+            "error": "Too many failed logins: try again later."}, status=429)
+        refused.headers[RETRY_AFTER] = retry_after_header(wait)
+        return refused
     api_key = str(form.get("api_key", ""))
     client = session.operator_for_key(_gw(request).config, api_key) if api_key else None
     if client is None:
-        log.warning("console login refused", extra={"peer": request.remote})
+        failures = throttle.failed(source, now)
+        log.warning("console login refused", extra={"peer": source, "failures": failures})
         return _render("login.html", request, {
             "error": "Not an operator's API key. Only clients configured with "
                      'role = "operator" may use the console.'}, status=403)
+    throttle.succeeded(source)
     response = web.HTTPSeeOther("/console")
     session.start(response, request, client, api_key)
     log.info("operator %s logged in to the console", client.name,
@@ -278,6 +293,7 @@ def mount(app: web.Application) -> None:
     _filters(env)
     app[session.SECRET_KEY] = session.secret_for_processes()
     app[CACHE_KEY] = screens.Cache()
+    app[THROTTLE_KEY] = LoginThrottle()
     app.router.add_get("/console", home, allow_head=False)
     app.router.add_get("/console/login", login_page, allow_head=False)
     app.router.add_post("/console/login", login)
