@@ -40,7 +40,7 @@ def check_resource(client: ClientConfig, resource: str) -> None:
 
 def check_provider(client: ClientConfig, provider: str, path: str | None = None) -> None:
     """403 unless the client may use ``provider`` (its ``providers``) and,
-    for an HTTP provider, ``path`` (decoded, below the base URL: its
+    for an HTTP provider, ``path`` (below the base URL, as sent: its
     ``provider_paths``)."""
     if not client.may_use(provider):
         raise Problem("forbidden_provider",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from . import config_presets
 from .config_presets import AwsCredentials
@@ -100,17 +100,22 @@ class ClientConfig:
         return self.providers is None or provider in self.providers
 
     def may_use_path(self, provider: str, path: str) -> bool:
-        """Whether ``path`` (below the provider's base URL, decoded) is under
-        one of the client's prefixes for ``provider``, segment by segment."""
+        """Whether ``path`` (below the provider's base URL, as sent) is under
+        one of the client's prefixes for ``provider``, segment by segment,
+        both as sent and decoded: a server may read it either way."""
         prefixes = self.provider_paths.get(provider)
         if prefixes is None:
             return True
-        path = path.split("?", 1)[0].strip("/")
-        return any(path == p or path.startswith(p + "/") for p in prefixes)
+        raw = path.split("?", 1)[0].strip("/")
+        return any(_under(raw, p) and _under(unquote(raw), p) for p in prefixes)
 
     @property
     def keys_sha256(self) -> tuple[str, ...]:
         return (self.key_sha256, *self.more_keys_sha256)
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
 
 
 @dataclass(frozen=True)

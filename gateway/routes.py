@@ -9,7 +9,6 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import unquote
 
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
@@ -155,7 +154,7 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
         raise requests.bad("path", "must follow /v1/http/{provider}/")
     path = requests.provider_path(raw_path[len(prefix):])
     provider = provider_named(gw, name, "http")
-    check_provider(client_of(request), name, unquote(path))
+    check_provider(client_of(request), name, path)
     body = await read_body(request)
     effect = effects.Effect.http(
         client_of(request).name, headers, provider, method=request.method, path=path,
