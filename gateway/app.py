@@ -17,11 +17,18 @@ from leases import Busy, LeaseClient, Unavailable, database, migrate
 from leases.metrics import AWAITING_PURGE
 from leases.observe import QueueCollector
 
-from . import console
+from . import console, parserlog, slots
 from .auth import Authenticator
 from .config import Config, SmtpProviderConfig
 from .ledger import Ledger
-from .metrics import DB_UNAVAILABLE, HTTP_DURATION, IN_FLIGHT, REQUESTS_REFUSED, start_at_zero
+from .metrics import (
+    DB_UNAVAILABLE,
+    HTTP_DURATION,
+    REQUESTS_REFUSED,
+    method_label,
+    start_at_zero,
+    status_label,
+)
 from .problems import Problem
 from .providers import HttpProvider, Provider, SmtpProvider
 from .routes import CLIENT, ROUTES, Handler, Route, gw_of
@@ -67,7 +74,10 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @functools.lru_cache(maxsize=1024)
 def _duration(route: str, method: str, status: int) -> Any:
-    return HTTP_DURATION.labels(route=route, method=method, status=str(status))
+    """The series of one answer; every label from a bounded set (the route's
+    pattern or "unmatched", a known method or "other", a status code)."""
+    return HTTP_DURATION.labels(route=route, method=method_label(method),
+                                status=status_label(status))
 
 
 def _unanswered(request: web.Request) -> str:
@@ -83,9 +93,11 @@ async def _answered(request: web.Request, handler: Handler,
                     route: Route | None) -> web.StreamResponse:
     """Every error becomes a problem document; nothing internal reaches the caller."""
     try:
+        if route is None and request.method == "POST":  # a console form: bounded alike
+            return await _bounded(request, handler, None)
         if route is None or not route.auth:  # health, readiness, metrics: never refused
             return await handler(request)
-        return await _bounded(request, handler)
+        return await _bounded(request, handler, route)
     except Problem as p:
         return p.response()
     except Unavailable as exc:  # the database gave no answer: fail closed, here only
@@ -117,25 +129,23 @@ async def _answered(request: web.Request, handler: Handler,
                        "the caller, the operator has the log").response()
 
 
-async def _bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """At most ``max_requests_in_flight`` API requests at once in this process:
-    past it, 503 overloaded at once, before anything is read or admitted,
-    rather than queueing for seconds behind the others. Then the caller is
-    authenticated."""
-    gw = gw_of(request)
-    if gw.in_flight >= gw.config.max_requests_in_flight:
-        REQUESTS_REFUSED.labels(reason="in_flight").inc()
-        raise Problem("overloaded", f"the gateway is at its limit of "
-                      f"{gw.config.max_requests_in_flight} requests at once; nothing was "
-                      "sent, retry later", headers={RETRY_AFTER: "1"})
-    gw.in_flight += 1
-    IN_FLIGHT.inc()
+async def _bounded(request: web.Request, handler: Handler,
+                   route: Route | None) -> web.StreamResponse:
+    """At most ``max_requests_in_flight`` requests at work at once in this
+    process: past it, 503 overloaded at once, before anything is admitted,
+    rather than queueing for seconds behind the others. An API caller is
+    authenticated first. A request with a body takes its slot once the body
+    has arrived (gateway/slots.py): slow bodies do not hold the room
+    others need; one without takes it now. ``route`` None: a console form."""
+    if route is not None:
+        request[CLIENT] = gw_of(request).auth.client(request.headers.get("Authorization"))
+    request[slots.SLOT] = slots.Slot()
     try:
-        request[CLIENT] = gw.auth.client(request.headers.get("Authorization"))
+        if route is not None and not route.reads_body:
+            slots.take(request)
         return await handler(request)
     finally:
-        gw.in_flight -= 1
-        IN_FLIGHT.dec()
+        slots.release(request)
 
 
 def make_providers(config: Config) -> dict[str, Provider]:
@@ -150,6 +160,7 @@ def build_app(config: Config, dsn: str, *, migrate_on_start: bool = True,
               processes: int = 1) -> web.Application:
     """The gateway for ``config`` on the database at ``dsn``, as one of
     ``processes`` serving processes (each takes its share of the rate limits)."""
+    parserlog.install()  # no caller's bytes (an API key) in aiohttp's own log
     app = web.Application(middlewares=[front],
                           client_max_size=config.server.max_body_bytes + 1)
     routes: dict[object, Route] = {}

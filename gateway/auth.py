@@ -36,3 +36,16 @@ def check_resource(client: ClientConfig, resource: str) -> None:
     if not any(fnmatchcase(resource, pattern) for pattern in client.resources):
         raise Problem("forbidden_resource",
                       f"client {client.name!r} may not act on this resource")
+
+
+def check_provider(client: ClientConfig, provider: str, path: str | None = None) -> None:
+    """403 unless the client may use ``provider`` (its ``providers``) and,
+    for an HTTP provider, ``path`` (below the base URL, as sent: its
+    ``provider_paths``)."""
+    if not client.may_use(provider):
+        raise Problem("forbidden_provider",
+                      f"client {client.name!r} may not use provider {provider[:64]!r}")
+    if path is not None and not client.may_use_path(provider, path):
+        raise Problem("forbidden_provider",
+                      f"client {client.name!r} may not use this path of provider "
+                      f"{provider[:64]!r}")

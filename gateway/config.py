@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from . import config_presets
 from .config_presets import AwsCredentials
@@ -89,10 +89,33 @@ class ClientConfig:
     more_keys_sha256: tuple[str, ...] = ()
     #: "operator": may also log in to the console (gateway/console/)
     role: Role = "worker"
+    #: the providers this client may use; None (the key absent): every one
+    providers: tuple[str, ...] | None = None
+    #: per HTTP provider, the path prefixes (whole segments, no leading "/")
+    #: the client may use; a provider not named here: any path
+    provider_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+
+    def may_use(self, provider: str) -> bool:
+        """Whether this client may send effects through ``provider``."""
+        return self.providers is None or provider in self.providers
+
+    def may_use_path(self, provider: str, path: str) -> bool:
+        """Whether ``path`` (below the provider's base URL, as sent) is under
+        one of the client's prefixes for ``provider``, segment by segment,
+        both as sent and decoded: a server may read it either way."""
+        prefixes = self.provider_paths.get(provider)
+        if prefixes is None:
+            return True
+        raw = path.split("?", 1)[0].strip("/")
+        return any(_under(raw, p) and _under(unquote(raw), p) for p in prefixes)
 
     @property
     def keys_sha256(self) -> tuple[str, ...]:
         return (self.key_sha256, *self.more_keys_sha256)
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
 
 
 @dataclass(frozen=True)
@@ -223,7 +246,8 @@ def _server(source: str, raw: Any) -> ServerConfig:
 
 def _client(source: str, index: int, raw: Any) -> ClientConfig:
     r = _Reader(source, f"clients[{index}]", raw)
-    r.check_unknown({"name", "key_sha256", "key_sha256_env", "resources", "role"})
+    r.check_unknown({"name", "key_sha256", "key_sha256_env", "resources", "role",
+                     "providers", "provider_paths"})
     name = r.get("name", str, required=True)
     if not _NAME.fullmatch(name):
         raise r.error("name", "must be 1 to 64 of A-Z a-z 0-9 _ -")
@@ -234,7 +258,42 @@ def _client(source: str, index: int, raw: Any) -> ClientConfig:
     role = r.get("role", str, "worker")
     if role not in ROLES:
         raise r.error("role", 'must be "worker" or "operator"')
-    return ClientConfig(name, keys[0], tuple(resources), keys[1:], role)
+    providers = r.get("providers", list, None)
+    if providers is not None and (not providers or not all(
+            isinstance(p, str) and p for p in providers)):
+        raise r.error("providers", "must be a non-empty list of provider names")
+    paths = r.get("provider_paths", dict, {})
+    prefixes: dict[str, tuple[str, ...]] = {}
+    for provider, found in paths.items():
+        if not isinstance(found, list) or not found or not all(
+                isinstance(p, str) and _plain_prefix(p) for p in found):
+            raise r.error("provider_paths", f"{provider!r} must be a non-empty list of "
+                          "path prefixes such as \"v3/objects/contacts\" (no \".\" or "
+                          "\"..\" segments)")
+        prefixes[provider] = tuple(p.strip("/") for p in found)
+    return ClientConfig(name, keys[0], tuple(resources), keys[1:], role,
+                        tuple(providers) if providers is not None else None, prefixes)
+
+
+def _plain_prefix(prefix: str) -> bool:
+    segments = prefix.strip("/").split("/")
+    return all(seg and seg.strip(". ") and seg.isprintable() for seg in segments)
+
+
+def _check_client_providers(source: str, index: int, client: ClientConfig,
+                            providers: Mapping[str, ProviderConfig]) -> None:
+    """A client's ``providers`` and ``provider_paths`` name configured
+    providers (``provider_paths`` only HTTP ones, among those it may use)."""
+    r = _Reader(source, f"clients[{index}]", {})
+    for name in client.providers or ():
+        if name not in providers:
+            raise r.error("providers", f"{name!r} is not a configured provider")
+    for name in client.provider_paths:
+        provider = providers.get(name)
+        if provider is None or provider.kind != "http":
+            raise r.error("provider_paths", f"{name!r} is not a configured http provider")
+        if not client.may_use(name):
+            raise r.error("provider_paths", f"{name!r} is not in this client's providers")
 
 
 def _client_keys(r: _Reader) -> tuple[str, ...]:
@@ -381,6 +440,8 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Config:
         raise top.error("clients", "two clients share one API key")
     raw_providers = top.get("providers", dict, {})
     providers = {name: _provider(source, name, raw) for name, raw in raw_providers.items()}
+    for index, client in enumerate(clients):
+        _check_client_providers(source, index, client, providers)
     return Config(server, db.get("url_env", str, DEFAULT_DATABASE_URL_ENV), clients,
                   providers, source,
                   int(db.number("pool_size", DEFAULT_DATABASE_POOL_SIZE, 2, 1000)))

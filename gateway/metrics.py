@@ -72,6 +72,21 @@ EFFECT_OUTCOMES = ("succeeded", "failed", "unknown", "replayed", "in_progress",
 #: what was full when a request was refused at once (``fencegate_requests_refused_total``)
 REFUSAL_REASONS = ("in_flight", "database_pool")
 RATE_LIMIT_REASONS: tuple[RateLimitReason, ...] = get_args(RateLimitReason)
+#: the ``method`` label's values besides "other": a label is never taken from
+#: the request as sent (aiohttp's pure-Python parser takes any token as a
+#: method, and each would be a new series on the unauthenticated /metrics)
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str) -> str:
+    """The request duration's ``method`` label: a known method, else "other"."""
+    return method if method in KNOWN_METHODS else "other"
+
+
+def status_label(status: int) -> str:
+    """The ``status`` label: an HTTP status code (100-599), else "other" (a
+    provider's answer is passed through, whatever it says)."""
+    return str(status) if 100 <= status <= 599 else "other"
 
 
 def start_at_zero(providers: Iterable[str]) -> None:

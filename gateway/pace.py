@@ -29,9 +29,15 @@ from .presets import Pace
 PACE_WAIT_SECONDS = 1.0
 #: a 429 that says nothing of when to come back pauses the provider this long
 PAUSE_WITHOUT_HINT_SECONDS = 1.0
-#: the longest pause honoured at once (a daily quota's "tomorrow"): past it,
-#: one request finds out whether the provider takes requests again
-MAX_PAUSE_SECONDS = 600.0
+#: the longest pause honoured at once, for every caller of the process. A 429
+#: met by one client pauses the provider for all of them (they share its
+#: credentials and its quota), so a longer Retry-After (a daily quota's
+#: "tomorrow", or a provider's answer to one client's misuse) would let one
+#: noisy client silence the provider for the others: past this bound, one
+#: request finds out whether the provider takes requests again, and a
+#: provider still refusing pauses it again. Longer than any per-second or
+#: per-minute window's reset; costs a refused request every 30 s otherwise.
+MAX_PAUSE_SECONDS = 30.0
 
 
 def _seconds(value: str | None) -> float | None:

@@ -3,7 +3,6 @@ both built from ``ROUTES``, so they cannot drift apart."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -18,9 +17,9 @@ from leases import InvalidArgument, Unavailable, database, formats, migrate
 from leases import policy as lease_policy
 from leases.observe import exposition
 
-from . import effects, requests, schemas
-from .auth import check_resource
-from .bodies import read_limited
+from . import effects, requests, schemas, slots
+from .auth import check_provider, check_resource
+from .bodies import receive
 from .config import ClientConfig
 from .problems import Problem
 from .providers import Provider
@@ -48,6 +47,11 @@ class Route:
     result_type: str = "application/json"
 
     @property
+    def reads_body(self) -> bool:
+        """Whether the handler reads a body (and takes its slot once it has it)."""
+        return self.effect or self.body is not None
+
+    @property
     def openapi_path(self) -> str:
         return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", self.path)
 
@@ -62,19 +66,23 @@ def client_of(request: web.Request) -> ClientConfig:
 
 
 async def read_body(request: web.Request) -> bytes:
-    """The whole request body (chunked or not), within the size and time limits."""
-    server = gw_of(request).config.server
-    limit = server.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
+    """The whole request body (chunked or not), within the size and time
+    limits; then the request takes its slot (gateway/slots.py). A client may
+    be sending at most ``max_requests_in_flight`` bodies at once."""
+    gw = gw_of(request)
+    server = gw.config.server
+    name = client_of(request).name
+    limit = gw.config.max_requests_in_flight
+    if gw.receiving.get(name, 0) >= limit:
+        raise slots.overloaded(limit, "bodies being received for one client")
+    gw.receiving[name] = gw.receiving.get(name, 0) + 1
     try:
-        async with asyncio.timeout(server.body_timeout_seconds):
-            body = await read_limited(request.content, limit)
-    except TimeoutError:
-        raise Problem("request_timeout", "the body did not arrive within "
-                      f"{server.body_timeout_seconds:g} seconds") from None
-    if len(body) > limit:
-        raise Problem("payload_too_large", f"the body is over the limit of {limit} bytes")
+        body = await receive(request, server.max_body_bytes, server.body_timeout_seconds)
+    finally:
+        gw.receiving[name] -= 1
+        if not gw.receiving[name]:
+            del gw.receiving[name]
+    slots.take(request)
     return body
 
 
@@ -131,6 +139,7 @@ async def send_email(request: web.Request) -> web.StreamResponse:
         raise requests.bad("body", "must be valid UTF-8 JSON") from None
     email = requests.email_request(body)
     provider = email_provider(gw, email.provider)
+    check_provider(client_of(request), provider.config.name)
     effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
     return await effects.run(gw, effect)
 
@@ -144,8 +153,9 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     if not raw_path.startswith(prefix):
         raise requests.bad("path", "must follow /v1/http/{provider}/")
     path = requests.provider_path(raw_path[len(prefix):])
-    body = await read_body(request)
     provider = provider_named(gw, name, "http")
+    check_provider(client_of(request), name, path)
+    body = await read_body(request)
     effect = effects.Effect.http(
         client_of(request).name, headers, provider, method=request.method, path=path,
         query=request.rel_url.raw_query_string, forwarded=dict(request.headers), body=body,
@@ -375,7 +385,7 @@ def _lease_schema(*required: str) -> dict[str, Any]:
 
 
 _EFFECT_ANSWERS = {200: "the provider's answer (or a replay of it)", 400: "bad_request",
-                   401: "unauthenticated", 403: "forbidden_resource",
+                   401: "unauthenticated", 403: "forbidden_resource | forbidden_provider",
                    408: "request_timeout",
                    409: "effect_in_progress | effect_outcome_unknown",
                    412: "stale_fence | lease_expired | no_lease | invalid_fence",

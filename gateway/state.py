@@ -32,8 +32,10 @@ class Gateway:
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
     #: this process's share of each provider's rate (1/N with N serving processes)
     rate_share: float = 1.0
-    #: API requests being handled now in this process
+    #: API requests being handled now in this process (their bodies arrived)
     in_flight: int = 0
+    #: bodies being received now, by client (gateway/slots.py)
+    receiving: dict[str, int] = field(default_factory=dict)
     #: queue depths and database reachability for /metrics (leases.observe)
     observer: QueueCollector | None = None
     #: fence rejections recorded for the console (gateway/rejections.py)

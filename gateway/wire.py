@@ -32,7 +32,7 @@ FenceRefusal = Literal["stale_fence", "lease_expired", "no_lease", "invalid_fenc
 Refusal = FenceRefusal | Literal["idempotency_key_reused", "effect_in_progress",
                                  "effect_outcome_unknown"]
 ProblemCode = Refusal | Literal[
-    "bad_request", "unauthenticated", "forbidden_resource", "not_found",
+    "bad_request", "unauthenticated", "forbidden_resource", "forbidden_provider", "not_found",
     "method_not_allowed", "request_timeout", "lease_held", "lease_lost",
     "effect_not_unknown", "payload_too_large", "provider_rejected", "rate_limited",
     "internal_error", "provider_error", "provider_outcome_unknown", "unavailable",
@@ -44,6 +44,7 @@ PROBLEMS: dict[ProblemCode, tuple[int, str]] = {
     "bad_request": (400, "Bad request"),
     "unauthenticated": (401, "Unauthenticated"),
     "forbidden_resource": (403, "Resource not allowed for this client"),
+    "forbidden_provider": (403, "Provider or path not allowed for this client"),
     "not_found": (404, "Not found"),
     "method_not_allowed": (405, "Method not allowed"),
     "request_timeout": (408, "Request body too slow"),

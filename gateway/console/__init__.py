@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qsl
 
 import aiohttp_jinja2
 import jinja2
@@ -28,14 +29,23 @@ from aiohttp import web
 
 from leases import Queue, Unavailable, formats
 
+from .. import requests, slots
+from ..bodies import receive
 from ..config import ClientConfig
+from ..ratelimit import retry_after_header
 from ..rejections import RejectionLog
 from ..state import GATEWAY, Gateway
+from ..wire import RETRY_AFTER
 from . import screens, session
+from .throttle import THROTTLE_KEY, LoginThrottle
 
 log = logging.getLogger("fencegate.console")
 
 CACHE_KEY = web.AppKey("console_cache", screens.Cache)
+#: the largest console form read: a login (an API key) or an action (a CSRF
+#: token, a client, a key of at most 255 characters, an outcome) is a few
+#: hundred bytes, percent-encoded; the forms take no key, so nothing more is read
+FORM_MAX_BYTES = 4096
 SCREENS: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
     "leases": screens.leases, "effects": screens.effects,
     "rejections": screens.rejections, "queues": screens.queues,
@@ -87,6 +97,21 @@ def _render(name: str, request: web.Request, context: dict[str, Any],
     return _secured(aiohttp_jinja2.render_template(name, request, context, status=status))
 
 
+async def _form(request: web.Request) -> dict[str, str]:
+    """A console form (``application/x-www-form-urlencoded``), read as the
+    API reads a body: within ``FORM_MAX_BYTES`` and ``body_timeout_seconds``
+    (413, 408), then the request takes its slot like any other
+    (gateway/slots.py). Never ``request.post()``: that reads up to
+    ``max_body_bytes`` with no deadline."""
+    timeout = _gw(request).config.server.body_timeout_seconds
+    raw = await receive(request, FORM_MAX_BYTES, timeout)
+    slots.take(request)
+    try:
+        return dict(parse_qsl(raw.decode(), keep_blank_values=True))
+    except UnicodeDecodeError:
+        raise requests.bad("body", "must be a UTF-8 form") from None
+
+
 def _operator(request: web.Request) -> tuple[session.Session, ClientConfig]:
     found = session.current(request, _gw(request).config)
     if found is None:  # the page's refresh follows this too, and then reloads
@@ -105,14 +130,26 @@ async def login_page(request: web.Request) -> web.StreamResponse:
 async def login(request: web.Request) -> web.StreamResponse:
     if not session.same_origin(request):
         return _render("login.html", request, {"error": NOTICES["refused"]}, status=403)
-    form = await request.post()
+    form = await _form(request)
+    throttle = request.app[THROTTLE_KEY]
+    source, now = request.remote or "", throttle.clock()
+    wait = throttle.wait(source, now)
+    if wait > 0:  # the key is not looked at: a right one is refused too
+        log.warning("console login throttled", extra={
+            "peer": source, "retry_after_seconds": round(wait, 1)})
+        refused = _render("login.html", request, {
+            "error": "Too many failed logins: try again later."}, status=429)
+        refused.headers[RETRY_AFTER] = retry_after_header(wait)
+        return refused
     api_key = str(form.get("api_key", ""))
     client = session.operator_for_key(_gw(request).config, api_key) if api_key else None
     if client is None:
-        log.warning("console login refused", extra={"peer": request.remote})
+        failures = throttle.failed(source, now)
+        log.warning("console login refused", extra={"peer": source, "failures": failures})
         return _render("login.html", request, {
             "error": "Not an operator's API key. Only clients configured with "
                      'role = "operator" may use the console.'}, status=403)
+    throttle.succeeded(source)
     response = web.HTTPSeeOther("/console")
     session.start(response, request, client, api_key)
     log.info("operator %s logged in to the console", client.name,
@@ -124,7 +161,7 @@ async def login(request: web.Request) -> web.StreamResponse:
 async def logout(request: web.Request) -> web.StreamResponse:
     found = session.current(request, _gw(request).config)
     response = web.HTTPSeeOther("/console/login")
-    form = await request.post()
+    form = await _form(request)
     if found is not None and session.same_origin(request) and session.csrf_ok(
             found[0], request.app[session.SECRET_KEY], str(form.get("csrf", ""))):
         session.end(response)
@@ -168,7 +205,7 @@ async def _action(request: web.Request) -> tuple[ClientConfig, Any] | None:
     """The operator and the form of a POST that passed the origin and CSRF
     checks; None if it did not."""
     sess, operator = _operator(request)
-    form = await request.post()
+    form = await _form(request)
     if not session.same_origin(request) or not session.csrf_ok(
             sess, request.app[session.SECRET_KEY], str(form.get("csrf", ""))):
         log.warning("console action refused: origin or CSRF token", extra={
@@ -256,6 +293,7 @@ def mount(app: web.Application) -> None:
     _filters(env)
     app[session.SECRET_KEY] = session.secret_for_processes()
     app[CACHE_KEY] = screens.Cache()
+    app[THROTTLE_KEY] = LoginThrottle()
     app.router.add_get("/console", home, allow_head=False)
     app.router.add_get("/console/login", login_page, allow_head=False)
     app.router.add_post("/console/login", login)

@@ -59,10 +59,14 @@ async def webhook_sink() -> AsyncIterator[WebhookSink]:
 def gateway_config(smtp_port: int, http_port: int, *,
                    providers: dict[str, dict[str, Any]] | None = None,
                    database: dict[str, Any] | None = None,
+                   clients: dict[str, dict[str, Any]] | None = None,
                    **server: Any) -> gconfig.Config:
     """The test gateway's configuration; ``providers`` adds providers or
-    changes keys of the standard ones; ``database`` sets [database] keys."""
+    changes keys of the standard ones; ``clients`` changes keys of the
+    standard clients, by name; ``database`` sets [database] keys."""
     data = _base_config(smtp_port, http_port, server)
+    for client in data["clients"]:
+        client.update((clients or {}).get(client["name"], {}))
     for name, keys in (providers or {}).items():
         data["providers"].setdefault(name, {}).update(keys)
     if database:
@@ -195,9 +199,10 @@ async def make_gw(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
 
     async def start(gateway_dsn: str | None = None, *,
                     providers: dict[str, dict[str, Any]] | None = None,
-                    database: dict[str, Any] | None = None, **server: Any) -> Gw:
+                    database: dict[str, Any] | None = None,
+                    clients: dict[str, dict[str, Any]] | None = None, **server: Any) -> Gw:
         config = gateway_config(smtp_sink.port, webhook_sink.port, providers=providers,
-                                database=database, **server)
+                                database=database, clients=clients, **server)
         app = build_app(config, gateway_dsn or dsn, migrate_on_start=False)
         test_server = TestServer(app, host="127.0.0.1")
         await test_server.start_server()

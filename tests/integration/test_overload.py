@@ -182,3 +182,41 @@ def test_the_in_flight_bound_has_a_default_from_the_pool() -> None:
     fixed = config.parse({**base, "server": {"max_requests_in_flight": 7}})
     assert fixed.max_requests_in_flight == 7
     assert sys.version_info >= (3, 11)
+
+
+async def test_one_clients_slow_bodies_do_not_refuse_another_client(
+    make_gw: Callable[..., Awaitable[Gw]],
+) -> None:
+    """Client ``other`` holds as many unfinished bodies as the gateway has
+    room for requests (each past its headers, the server reading its body:
+    it has answered ``100 Continue``). A slot is counted once the body has
+    arrived, the body deadline bounding the wait, so ``agents``' claims still
+    go through: they used to answer 503 overloaded until ``other``'s bodies
+    timed out."""
+    from urllib.parse import urlsplit
+
+    from tests.integration.conftest import API_KEY, OTHER_KEY
+
+    room = 4
+    gw = await make_gw(max_requests_in_flight=room, body_timeout_seconds=60)
+    url = urlsplit(gw.url)
+    assert url.hostname is not None and url.port is not None
+    held = []
+    try:
+        for i in range(room):
+            reader, writer = await asyncio.open_connection(url.hostname, url.port)
+            held.append(writer)
+            writer.write((f"POST /v1/leases/claim HTTP/1.1\r\nHost: gw\r\n"
+                          f"Authorization: Bearer {OTHER_KEY}\r\n"
+                          "Content-Type: application/json\r\nContent-Length: 200\r\n"
+                          "Expect: 100-continue\r\n\r\n").encode())
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 100"), i
+            writer.write(b'{"resource": "other:%d", ' % i)  # and no more
+            await writer.drain()
+        answers = [await gw.post("/v1/leases/claim", {"Authorization": f"Bearer {API_KEY}"},
+                                 json={"resource": f"run:{i}", "ttl_seconds": 30})
+                   for i in range(5)]
+    finally:
+        for writer in held:
+            writer.close()
+    assert [(status, body.get("code")) for status, _, body in answers] == [(200, None)] * 5

@@ -10,11 +10,12 @@ PostgreSQL, the fakes on loopback.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.integration.conftest import Gw, preset_provider
+from tests.integration.conftest import OTHER_KEY, Gw, preset_provider
 from tests.support.fake_providers import FakeProvider
 
 MakeGw = Callable[..., Awaitable[Gw]]
@@ -90,3 +91,30 @@ async def test_a_pause_of_a_second_is_waited_out_not_refused(
     assert status == 200, body
     assert len(resend.requests) == 2 and len(resend.sent) == 1
     assert await _refused(gw, "resend") == refused
+
+
+async def test_a_huge_retry_after_pauses_the_provider_for_a_bounded_time(
+        make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
+    """One client's 429 with ``Retry-After: 86400`` (a quota's "tomorrow", or
+    a provider's answer to one client's bad request) pauses the provider for
+    every other client of this process for at most 30 seconds
+    (gateway/pace.py, MAX_PAUSE_SECONDS), not for the day and not for ten
+    minutes: past it, one request finds out whether the provider takes
+    requests again. The caller that met the 429 is told the same bound."""
+    gw = await _gateway(make_gw, fakes)
+    resend = fakes["resend"]
+    first = await gw.leases.claim("run:1", ttl=60)
+    other = await gw.leases.claim("other:1", ttl=60)
+    assert first is not None and other is not None
+    paused = await gw.metric("fencegate_provider_paused_seconds_total", provider="resend")
+    resend.fail_next(429, TOO_MANY, headers={"Retry-After": "86400"})
+    status, headers, body = await gw.email(first, "a", body={"provider": "resend"})
+    assert (status, body["code"], headers["Retry-After"]) == (502, "provider_error", "30")
+
+    status, headers, body = await gw.email(other, "b", body={"provider": "resend"},
+                                           api_key=OTHER_KEY)
+    assert (status, body["code"], body["reason"]) == (429, "rate_limited", "provider_paused")
+    assert 1 <= int(headers["Retry-After"]) <= 30
+    assert gw.gateway.pauses.remaining("resend", time.monotonic()) <= 30
+    assert await gw.metric("fencegate_provider_paused_seconds_total",
+                           provider="resend") == pytest.approx(paused + 30)
