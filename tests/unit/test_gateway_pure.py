@@ -157,7 +157,12 @@ def test_provider_paths_that_stay_inside(path: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["../a", "a/../../b", "%2e%2e/a", "a/%2E%2E", "/abs",
-                                  "http://x/y", "a\\b", "%252e%252e/a", "a/./b", "a\r\nb"])
+                                  "http://x/y", "a\\b", "%252e%252e/a", "a/./b", "a\r\nb",
+                                  # not plain: overlong UTF-8, full-width and other
+                                  # Unicode dots, raw or encoded, any non-ASCII byte
+                                  "%c0%ae%c0%ae/a", "a/%C0%AE/b", "%e0%80%ae/a",
+                                  "\uff0e\uff0e/a", "%ef%bc%8e%ef%bc%8e/a", "a/\u2024\u2024/b",
+                                  "%e2%80%a4/a", "caf%C3%A9", "caf\u00e9", "a/%80/b", "a%7fb"])
 def test_provider_paths_that_would_escape(path: str) -> None:
     with pytest.raises(Problem):
         requests.provider_path(path)
