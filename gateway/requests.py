@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
 from leases import policy
 
@@ -238,7 +238,13 @@ def email_request(body: Any) -> EmailRequest:
 
 def provider_path(path: str) -> str:
     """The path after ``/v1/http/{provider}/``, refused if it could leave the
-    provider's base URL."""
+    provider's base URL, or if it is not plain: every character, and every
+    byte a percent-escape stands for, printable ASCII. Overlong UTF-8 dots
+    (``%c0%ae``), full-width or other Unicode dots, raw or encoded, pass the
+    checks below undecoded and mean ".." to a server that decodes them."""
+    if not path.isascii() or any(b < 0x20 or b > 0x7E for b in unquote_to_bytes(path)):
+        raise bad("path", "must be plain: printable ASCII, and percent-escapes only of "
+                  "printable ASCII bytes")
     decoded = unquote(path)
     no_crlf("path", decoded)
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded):
