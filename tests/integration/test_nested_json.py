@@ -10,8 +10,8 @@ import pytest
 
 from tests.integration.conftest import Gw
 
-DEEP = b"[" * 50_000 + b"]" * 50_000
-DEEP_OBJECT = b'{"a":' * 20_000 + b"1" + b"}" * 20_000
+DEEP = b"[" * 30_000 + b"]" * 30_000  # within max_body_bytes (64 KiB)
+DEEP_OBJECT = b'{"a":' * 10_000 + b"1" + b"}" * 10_000
 
 
 @pytest.mark.parametrize("data", [DEEP, DEEP_OBJECT], ids=["array", "object"])
