@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import mimetypes
 import re
 from dataclasses import dataclass
@@ -49,6 +50,20 @@ def no_crlf(field: str, value: str) -> str:
     if "\r" in value or "\n" in value or "\x00" in value:
         raise bad(field, "must not contain CR, LF or NUL")
     return value
+
+
+def json_value(raw: bytes) -> Any:
+    """A request body parsed as JSON: the one place the gateway parses what a
+    caller sends it. Nesting deeper than the parser recurses raises
+    RecursionError, which is not a ValueError: it is a 400 like the rest."""
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise bad("body", "must be UTF-8") from None
+    except RecursionError:
+        raise bad("body", "is nested too deeply") from None
+    except ValueError:
+        raise bad("body", "must be valid JSON") from None
 
 
 @dataclass(frozen=True)

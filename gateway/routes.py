@@ -4,7 +4,6 @@ both built from ``ROUTES``, so they cannot drift apart."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from . import effects, requests, schemas
 from .auth import check_resource
 from .bodies import read_limited
 from .config import ClientConfig
+from .idempotency import NestedTooDeep
 from .problems import Problem
 from .providers import Provider
 from .ratelimit import retry_after_header
@@ -79,13 +79,7 @@ async def read_body(request: web.Request) -> bytes:
 
 
 async def read_json(request: web.Request) -> Any:
-    body = await read_body(request)
-    try:
-        return json.loads(body)
-    except UnicodeDecodeError:
-        raise requests.bad("body", "must be UTF-8") from None
-    except ValueError:
-        raise requests.bad("body", "must be valid JSON") from None
+    return requests.json_value(await read_body(request))
 
 
 def provider_named(gw: Gateway, name: str, kind: Literal["smtp", "http"]) -> Provider:
@@ -125,11 +119,7 @@ async def send_email(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     headers = checked_headers(request)
     raw = await read_body(request)
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise requests.bad("body", "must be valid UTF-8 JSON") from None
-    email = requests.email_request(body)
+    email = requests.email_request(requests.json_value(raw))
     provider = email_provider(gw, email.provider)
     effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
     return await effects.run(gw, effect)
@@ -146,10 +136,13 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     path = requests.provider_path(raw_path[len(prefix):])
     body = await read_body(request)
     provider = provider_named(gw, name, "http")
-    effect = effects.Effect.http(
-        client_of(request).name, headers, provider, method=request.method, path=path,
-        query=request.rel_url.raw_query_string, forwarded=dict(request.headers), body=body,
-        content_type=request.content_type)
+    try:
+        effect = effects.Effect.http(
+            client_of(request).name, headers, provider, method=request.method, path=path,
+            query=request.rel_url.raw_query_string, forwarded=dict(request.headers),
+            body=body, content_type=request.content_type)
+    except NestedTooDeep:
+        raise requests.bad("body", "is JSON nested too deeply") from None
     return await effects.run(gw, effect)
 
 
