@@ -205,3 +205,22 @@ def test_an_email_carries_its_message_id_fence_and_provider_key() -> None:
     assert (msg["Fence-Resource"], msg["Fence-Token"]) == ("run:1", "7")
     assert msg["X-Campaign"] == "c1" and msg["Bcc"] is None  # bcc only in the envelope
     assert "hidden@example.com" in req.recipients
+
+
+def test_the_gateways_http_headers_replace_the_callers_in_any_letter_case() -> None:
+    """Each header the gateway sets on an HTTP effect (the idempotency header
+    by its configured name, the fence and signing headers) appears once in
+    what it hands the client library, with the gateway's value, whatever the
+    letter case of a caller's copy."""
+    from gateway.providers.base import HttpCall
+    from gateway.providers.http import HttpProvider
+
+    cfg = config.parse(_with("providers.crm.idempotency_header", "X-Request-Token"),
+                       "f.toml").providers["crm"]
+    assert isinstance(cfg, config.HttpProviderConfig)
+    call = HttpCall("agents", "k", "run:1", 3, method="POST", path="a", query="",
+                    headers={"x-request-token": "forged", "X-Trace": "t"})
+    headers = HttpProvider(cfg, 1024).headers(call)
+    token = [v for k, v in headers.items() if k.lower() == "x-request-token"]
+    assert token == [idempotency.derived_key("agents", "k")]
+    assert headers["X-Trace"] == "t"
