@@ -35,10 +35,13 @@ MAX_FILENAME = 255
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/"
                          r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
-#: headers an email's "headers" field may not set: the gateway owns them
+#: headers an email's "headers" field may not set, in any letter case: the
+#: gateway owns them (the fence headers too: receivers check them). The
+#: provider's idempotency header is refused by ``owned_header``.
 RESERVED_EMAIL_HEADERS = frozenset({
     "from", "to", "cc", "bcc", "reply-to", "subject", "message-id", "date", "sender",
     "mime-version", "content-type", "content-transfer-encoding", "return-path", "received",
+    FENCE_RESOURCE.lower(), FENCE_TOKEN.lower(),
 })
 
 
@@ -166,6 +169,15 @@ def extra_headers(extra: Any) -> dict[str, str]:
             raise bad(f"headers.{name}", "must be a string")
         no_crlf(f"headers.{name}", value)
     return dict(extra)
+
+
+def owned_header(email: EmailRequest, name: str) -> None:
+    """Refuse an email whose own headers name ``name`` (in any letter case):
+    a header the provider's configuration has the gateway set (its
+    idempotency header)."""
+    for header in email.headers:
+        if name and header.lower() == name.lower():
+            raise bad(f"headers.{header}", "is set by the gateway")
 
 
 def attachment(field: str, value: Any) -> Attachment:

@@ -121,6 +121,7 @@ async def send_email(request: web.Request) -> web.StreamResponse:
     raw = await read_body(request)
     email = requests.email_request(requests.json_value(raw))
     provider = email_provider(gw, email.provider)
+    requests.owned_header(email, provider.config.idempotency_header)
     effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
     return await effects.run(gw, effect)
 
