@@ -11,7 +11,6 @@ import json
 import mimetypes
 import re
 from dataclasses import dataclass
-from email.utils import parseaddr
 from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
 
@@ -26,6 +25,9 @@ _DECIMAL = re.compile(r"[0-9]{1,19}")
 _ADDR = re.compile(r"[^\s@<>()\[\],;:\"\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 #: "addr" or "Display Name <addr>"; the name without quotes, brackets or backslashes
 _MAILBOX = re.compile(r'(?:[^<>"\\]*?\s*<(?P<addr>[^<>\s]+)>|(?P<bare>[^<>\s]+))')
+#: what makes a display name read as more than a name: another address, a
+#: list, a group, a comment
+_NAME_SPECIALS = "@,;:()[]"
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 MAX_RECIPIENTS = 100
 MAX_SUBJECT = 998
@@ -101,8 +103,28 @@ def effect_headers(headers: Any) -> EffectHeaders:
     return EffectHeaders(resource, int(token), key)
 
 
+def mailbox(value: str) -> tuple[str, str]:
+    """``(display name, addr-spec)`` of an address ``address`` accepted: the
+    parts it validated, exactly. The SMTP envelope and every API's address
+    fields are made from these, never from a second parser's reading."""
+    m = _MAILBOX.fullmatch(value.strip())
+    assert m is not None, "address() accepted it"
+    if m.group("bare"):
+        return "", m.group("bare")
+    return value.strip()[: m.start("addr") - 1].strip(), m.group("addr")
+
+
+def addr_spec(value: str) -> str:
+    """The addr-spec of an address ``address`` accepted."""
+    return mailbox(value)[1]
+
+
 def address(field: str, value: Any) -> str:
-    """One address, bare or ``Name <addr>``, returned as given."""
+    """One address, bare or ``Name <addr>``, returned as given. A display name
+    holding an address-like token (``@``, or a comma, semicolon, colon,
+    parenthesis or bracket that make a list, a group or a comment of it) is
+    refused: a receiver, or a parser other than ours, would read another
+    address out of it."""
     if not isinstance(value, str) or not value:
         raise bad(field, "must be an email address")
     no_crlf(field, value)
@@ -110,6 +132,8 @@ def address(field: str, value: Any) -> str:
     addr = m and (m.group("addr") or m.group("bare"))
     if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
         raise bad(field, f"{value[:200]!r} is not a valid email address")
+    if any(ch in mailbox(value)[0] for ch in _NAME_SPECIALS):
+        raise bad(field, "the display name must not contain any of " + _NAME_SPECIALS)
     return value
 
 
@@ -153,7 +177,13 @@ class EmailRequest:
 
     @property
     def recipients(self) -> list[str]:
-        return [parseaddr(a)[1] for a in (*self.to, *self.cc, *self.bcc)]
+        """The envelope's recipients (RCPT TO): the validated addr-specs."""
+        return [addr_spec(a) for a in (*self.to, *self.cc, *self.bcc)]
+
+    @property
+    def envelope_sender(self) -> str:
+        """The envelope's sender (MAIL FROM): the validated addr-spec."""
+        return addr_spec(self.sender)
 
 
 def extra_headers(extra: Any) -> dict[str, str]:

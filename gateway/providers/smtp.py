@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import re
-from email.utils import parseaddr
 
 import aiosmtplib
 
@@ -99,7 +98,7 @@ class SmtpProvider:
         assert isinstance(call, EmailCall), "an SMTP provider sends emails"
         req = call.email
         data = build_message(call, self.config.idempotency_header)
-        sender = parseaddr(req.sender)[1]
+        sender = req.envelope_sender
         step = ["connect"]
         # the wait for a connection counts against the attempt's deadline too
         try:
