@@ -224,3 +224,33 @@ def test_the_gateways_http_headers_replace_the_callers_in_any_letter_case() -> N
     token = [v for k, v in headers.items() if k.lower() == "x-request-token"]
     assert token == [idempotency.derived_key("agents", "k")]
     assert headers["X-Trace"] == "t"
+
+
+@pytest.mark.parametrize("over", [
+    {"subject": "=?utf-8?q?invoice=0D=0ABcc:_hidden@evil.example?="},
+    {"subject": "=?utf-8?q?x=0D=0A=0D=0Abody?="},
+    {"headers": {"X-Campaign": "=?utf-8?q?a=0D=0ABcc:_hidden@evil.example?="}},
+    {"attachments": [{"filename": "=?utf-8?q?a=0D=0ABcc:_x@evil.example?=.pdf",
+                      "content": "AAAA"}]},
+    {"subject": "Hi\x0bthere"}, {"subject": "Hi\u2028there"},
+])
+def test_a_built_message_is_read_back_before_it_is_sent(
+        monkeypatch: pytest.MonkeyPatch, over: dict[str, Any]) -> None:
+    """With the request checks of encoded words and line breaks switched off,
+    the message built is still refused: its bytes, read back, must hold
+    exactly the headers set, part by part (on an interpreter without the
+    CVE-2024-6923 fix the encoded CRLF is written raw; on one with it the
+    message reads back whole and is built)."""
+    from gateway.providers.base import EmailCall
+    from gateway.providers.mime import Unbuildable, build_message
+
+    monkeypatch.setattr(requests, "header_text", lambda field, value: value)
+    req = requests.email_request({"from": "a@example.com", "to": ["b@example.com"],
+                                  "subject": "s", "text": "t", **over})
+    call = EmailCall("agents", "k", "run:1", 1, email=req)
+    try:
+        data = build_message(call, "")
+    except Unbuildable:
+        return
+    head = data.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"\r\nbcc:" not in head and b"fence-token:" in head
