@@ -143,8 +143,21 @@ def test_good_addresses(addr: str) -> None:
     assert requests.address("to", addr) == addr
 
 
+@pytest.mark.parametrize(("addr", "parts"), [
+    ("a@example.com", ("", "a@example.com")),
+    ("  Ann Lee <a@example.com> ", ("Ann Lee", "a@example.com")),
+    ("J. Smith<j@example.com>", ("J. Smith", "j@example.com")),
+])
+def test_mailbox_is_what_the_check_validated(addr: str, parts: tuple[str, str]) -> None:
+    assert requests.mailbox(requests.address("to", addr)) == parts
+
+
 @pytest.mark.parametrize("addr", ["", "a", "a@", "@b", "a@b\r\nBcc: x@y", "a b@c",
-                                  'A <a@b> "x"', "a@-b..c", 5])
+                                  'A <a@b> "x"', "a@-b..c", 5,
+                                  # a display name that reads as another address
+                                  "boss@victim.example <a@b.example>", "root, Team <a@b.example>",
+                                  "Team: <a@b.example>", "T (x@y.example) <a@b.example>",
+                                  "=?utf-8?q?a=0D=0Ab?= <a@b.example>", "A\u2028B <a@b.example>"])
 def test_bad_addresses(addr: Any) -> None:
     with pytest.raises(Problem) as p:
         requests.address("to", addr)
