@@ -115,7 +115,7 @@ class Effect:
         # could not be given is a 400 with nothing reserved, never a 500 with
         # the key left unknown and the resource behind the drain barrier
         try:
-            build_message(call, provider.config.idempotency_header)
+            call = replace(call, message=build_message(call, provider.config.idempotency_header))
         except Unbuildable as e:
             raise Problem("bad_request", f"the email cannot be sent as given: {e}") from None
         # An HTTP provider also takes /v1/http/{provider}/email: an email is

@@ -97,7 +97,7 @@ class SmtpProvider:
     async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
         assert isinstance(call, EmailCall), "an SMTP provider sends emails"
         req = call.email
-        data = build_message(call, self.config.idempotency_header)
+        data = call.message or build_message(call, self.config.idempotency_header)
         sender = req.envelope_sender
         step = ["connect"]
         # the wait for a connection counts against the attempt's deadline too
