@@ -35,6 +35,7 @@ from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
 from .pace import PACE_WAIT_SECONDS
 from .problems import PROBLEM_MEMBERS, Problem
 from .providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall
+from .providers.mime import Unbuildable, build_message
 from .ratelimit import TokenBucket, retry_after_header
 from .requests import EffectHeaders, EmailRequest
 from .sending import send_once
@@ -110,6 +111,13 @@ class Effect:
     def email(cls, client: str, headers: EffectHeaders, provider: Provider,
               email: EmailRequest, raw_body: bytes) -> Effect:
         call = EmailCall(client, headers.key, headers.resource, headers.fence, email=email)
+        # built (and read back) before the admission: an email the provider
+        # could not be given is a 400 with nothing reserved, never a 500 with
+        # the key left unknown and the resource behind the drain barrier
+        try:
+            call = replace(call, message=build_message(call, provider.config.idempotency_header))
+        except Unbuildable as e:
+            raise Problem("bad_request", f"the email cannot be sent as given: {e}") from None
         # An HTTP provider also takes /v1/http/{provider}/email: an email is
         # fingerprinted under a path no proxied request can have (they never
         # start with "/"), so a repeat of the key on the other route is a

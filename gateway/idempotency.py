@@ -15,14 +15,23 @@ from typing import Any
 MESSAGE_ID_DOMAIN = "fencegate"
 
 
+class NestedTooDeep(ValueError):
+    """A JSON body nested deeper than the parser (or the encoder) recurses."""
+
+
 def canonical_body(body: bytes, content_type: str | None) -> bytes:
     """The body in canonical form: JSON re-encoded, anything else as sent."""
     if body and (content_type or "").split(";")[0].strip().lower().endswith("json"):
         try:
             parsed = json.loads(body)
+        except RecursionError:
+            raise NestedTooDeep from None
         except (ValueError, UnicodeDecodeError):
             return body
-        return canonical_json(parsed)
+        try:
+            return canonical_json(parsed)
+        except RecursionError:
+            raise NestedTooDeep from None
     return body
 
 

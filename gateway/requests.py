@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import mimetypes
 import re
 from dataclasses import dataclass
-from email.utils import parseaddr
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes
 
 from leases import policy
 
@@ -25,6 +25,9 @@ _DECIMAL = re.compile(r"[0-9]{1,19}")
 _ADDR = re.compile(r"[^\s@<>()\[\],;:\"\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 #: "addr" or "Display Name <addr>"; the name without quotes, brackets or backslashes
 _MAILBOX = re.compile(r'(?:[^<>"\\]*?\s*<(?P<addr>[^<>\s]+)>|(?P<bare>[^<>\s]+))')
+#: what makes a display name read as more than a name: another address, a
+#: list, a group, a comment
+_NAME_SPECIALS = "@,;:()[]"
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 MAX_RECIPIENTS = 100
 MAX_SUBJECT = 998
@@ -34,10 +37,13 @@ MAX_FILENAME = 255
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/"
                          r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
-#: headers an email's "headers" field may not set: the gateway owns them
+#: headers an email's "headers" field may not set, in any letter case: the
+#: gateway owns them (the fence headers too: receivers check them). The
+#: provider's idempotency header is refused by ``owned_header``.
 RESERVED_EMAIL_HEADERS = frozenset({
     "from", "to", "cc", "bcc", "reply-to", "subject", "message-id", "date", "sender",
     "mime-version", "content-type", "content-transfer-encoding", "return-path", "received",
+    FENCE_RESOURCE.lower(), FENCE_TOKEN.lower(),
 })
 
 
@@ -49,6 +55,61 @@ def no_crlf(field: str, value: str) -> str:
     if "\r" in value or "\n" in value or "\x00" in value:
         raise bad(field, "must not contain CR, LF or NUL")
     return value
+
+
+#: what the email package breaks a header line at, or what no header may
+#: carry: C0 controls but tab, DEL, C1 controls (\x85 among them), and the
+#: Unicode line and paragraph separators
+_NOT_IN_HEADERS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+#: an RFC 2047 encoded word: =?charset?Q|B?text?=
+_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([QqBb])\?([^?\s]*)\?=")
+
+
+def _decodes_to_controls(charset: str, encoding: str, text: str) -> bool:
+    """Whether one encoded word stands for a control character or a line
+    break: in its bytes (whatever the charset), or in its text."""
+    try:
+        if encoding in "Qq":
+            data = binascii.a2b_qp(text.encode("ascii"), header=True)
+        else:
+            data = base64.b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, binascii.Error):
+        return False  # not decodable: the email package writes it as it is
+    if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data):
+        return True
+    try:
+        decoded = data.decode(charset.partition("*")[0] or "ascii", errors="replace")
+    except LookupError:
+        return False
+    return _NOT_IN_HEADERS.search(decoded) is not None
+
+
+def header_text(field: str, value: str) -> str:
+    """Text that goes into an email header (a subject, a header value, a
+    display name, a filename): refused if it holds a character the email
+    package breaks lines at, or an RFC 2047 encoded word that decodes to one
+    (CVE-2024-6923: an unpatched email package writes it out raw). Whether
+    this interpreter is patched does not matter: both are refused."""
+    if _NOT_IN_HEADERS.search(value):
+        raise bad(field, "must not contain line breaks or control characters")
+    if any(_decodes_to_controls(*m.groups()) for m in _ENCODED_WORD.finditer(value)):
+        raise bad(field, "must not contain an encoded word (RFC 2047) that decodes to "
+                  "line breaks or control characters")
+    return value
+
+
+def json_value(raw: bytes) -> Any:
+    """A request body parsed as JSON: the one place the gateway parses what a
+    caller sends it. Nesting deeper than the parser recurses raises
+    RecursionError, which is not a ValueError: it is a 400 like the rest."""
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise bad("body", "must be UTF-8") from None
+    except RecursionError:
+        raise bad("body", "is nested too deeply") from None
+    except ValueError:
+        raise bad("body", "must be valid JSON") from None
 
 
 @dataclass(frozen=True)
@@ -83,15 +144,37 @@ def effect_headers(headers: Any) -> EffectHeaders:
     return EffectHeaders(resource, int(token), key)
 
 
+def mailbox(value: str) -> tuple[str, str]:
+    """``(display name, addr-spec)`` of an address ``address`` accepted: the
+    parts it validated, exactly. The SMTP envelope and every API's address
+    fields are made from these, never from a second parser's reading."""
+    m = _MAILBOX.fullmatch(value.strip())
+    assert m is not None, "address() accepted it"
+    if m.group("bare"):
+        return "", m.group("bare")
+    return value.strip()[: m.start("addr") - 1].strip(), m.group("addr")
+
+
+def addr_spec(value: str) -> str:
+    """The addr-spec of an address ``address`` accepted."""
+    return mailbox(value)[1]
+
+
 def address(field: str, value: Any) -> str:
-    """One address, bare or ``Name <addr>``, returned as given."""
+    """One address, bare or ``Name <addr>``, returned as given. A display name
+    holding an address-like token (``@``, or a comma, semicolon, colon,
+    parenthesis or bracket that make a list, a group or a comment of it) is
+    refused: a receiver, or a parser other than ours, would read another
+    address out of it."""
     if not isinstance(value, str) or not value:
         raise bad(field, "must be an email address")
-    no_crlf(field, value)
+    header_text(field, value)
     m = _MAILBOX.fullmatch(value.strip())
     addr = m and (m.group("addr") or m.group("bare"))
     if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
         raise bad(field, f"{value[:200]!r} is not a valid email address")
+    if any(ch in mailbox(value)[0] for ch in _NAME_SPECIALS):
+        raise bad(field, "the display name must not contain any of " + _NAME_SPECIALS)
     return value
 
 
@@ -135,7 +218,13 @@ class EmailRequest:
 
     @property
     def recipients(self) -> list[str]:
-        return [parseaddr(a)[1] for a in (*self.to, *self.cc, *self.bcc)]
+        """The envelope's recipients (RCPT TO): the validated addr-specs."""
+        return [addr_spec(a) for a in (*self.to, *self.cc, *self.bcc)]
+
+    @property
+    def envelope_sender(self) -> str:
+        """The envelope's sender (MAIL FROM): the validated addr-spec."""
+        return addr_spec(self.sender)
 
 
 def extra_headers(extra: Any) -> dict[str, str]:
@@ -149,8 +238,17 @@ def extra_headers(extra: Any) -> dict[str, str]:
             raise bad(f"headers.{name}", "is set by the gateway")
         if not isinstance(value, str):
             raise bad(f"headers.{name}", "must be a string")
-        no_crlf(f"headers.{name}", value)
+        header_text(f"headers.{name}", value)
     return dict(extra)
+
+
+def owned_header(email: EmailRequest, name: str) -> None:
+    """Refuse an email whose own headers name ``name`` (in any letter case):
+    a header the provider's configuration has the gateway set (its
+    idempotency header)."""
+    for header in email.headers:
+        if name and header.lower() == name.lower():
+            raise bad(f"headers.{header}", "is set by the gateway")
 
 
 def attachment(field: str, value: Any) -> Attachment:
@@ -164,10 +262,9 @@ def attachment(field: str, value: Any) -> Attachment:
     filename = value.get("filename")
     if not isinstance(filename, str) or not 0 < len(filename) <= MAX_FILENAME:
         raise bad(f"{field}.filename", f"must be 1 to {MAX_FILENAME} characters")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in filename) \
-            or any(ch in filename for ch in '/\\"'):
-        raise bad(f"{field}.filename", "must not contain control characters, quotes or "
-                  "path separators")
+    if any(ch in filename for ch in '/\\"'):
+        raise bad(f"{field}.filename", "must not contain quotes or path separators")
+    header_text(f"{field}.filename", filename)
     content = value.get("content")
     if not isinstance(content, str):
         raise bad(f"{field}.content", "is required: the file's bytes in base64")
@@ -212,7 +309,7 @@ def email_request(body: Any) -> EmailRequest:
         raise bad("subject", "is required and must be a string")
     if len(subject) > MAX_SUBJECT:
         raise bad("subject", f"at most {MAX_SUBJECT} characters")
-    no_crlf("subject", subject)
+    header_text("subject", subject)
     text, html = body.get("text"), body.get("html")
     for name, part in (("text", text), ("html", html)):
         if part is not None and not isinstance(part, str):
@@ -238,7 +335,13 @@ def email_request(body: Any) -> EmailRequest:
 
 def provider_path(path: str) -> str:
     """The path after ``/v1/http/{provider}/``, refused if it could leave the
-    provider's base URL."""
+    provider's base URL, or if it is not plain: every character, and every
+    byte a percent-escape stands for, printable ASCII. Overlong UTF-8 dots
+    (``%c0%ae``), full-width or other Unicode dots, raw or encoded, pass the
+    checks below undecoded and mean ".." to a server that decodes them."""
+    if not path.isascii() or any(b < 0x20 or b > 0x7E for b in unquote_to_bytes(path)):
+        raise bad("path", "must be plain: printable ASCII, and percent-escapes only of "
+                  "printable ASCII bytes")
     decoded = unquote(path)
     no_crlf("path", decoded)
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in decoded):

@@ -3,7 +3,6 @@ both built from ``ROUTES``, so they cannot drift apart."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Awaitable, Callable
@@ -21,6 +20,7 @@ from . import effects, requests, schemas, slots
 from .auth import check_provider, check_resource
 from .bodies import receive
 from .config import ClientConfig
+from .idempotency import NestedTooDeep
 from .problems import Problem
 from .providers import Provider
 from .ratelimit import retry_after_header
@@ -87,13 +87,7 @@ async def read_body(request: web.Request) -> bytes:
 
 
 async def read_json(request: web.Request) -> Any:
-    body = await read_body(request)
-    try:
-        return json.loads(body)
-    except UnicodeDecodeError:
-        raise requests.bad("body", "must be UTF-8") from None
-    except ValueError:
-        raise requests.bad("body", "must be valid JSON") from None
+    return requests.json_value(await read_body(request))
 
 
 def provider_named(gw: Gateway, name: str, kind: Literal["smtp", "http"]) -> Provider:
@@ -133,13 +127,10 @@ async def send_email(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     headers = checked_headers(request)
     raw = await read_body(request)
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise requests.bad("body", "must be valid UTF-8 JSON") from None
-    email = requests.email_request(body)
+    email = requests.email_request(requests.json_value(raw))
     provider = email_provider(gw, email.provider)
     check_provider(client_of(request), provider.config.name)
+    requests.owned_header(email, provider.config.idempotency_header)
     effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
     return await effects.run(gw, effect)
 
@@ -156,10 +147,13 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     provider = provider_named(gw, name, "http")
     check_provider(client_of(request), name, path)
     body = await read_body(request)
-    effect = effects.Effect.http(
-        client_of(request).name, headers, provider, method=request.method, path=path,
-        query=request.rel_url.raw_query_string, forwarded=dict(request.headers), body=body,
-        content_type=request.content_type)
+    try:
+        effect = effects.Effect.http(
+            client_of(request).name, headers, provider, method=request.method, path=path,
+            query=request.rel_url.raw_query_string, forwarded=dict(request.headers),
+            body=body, content_type=request.content_type)
+    except NestedTooDeep:
+        raise requests.bad("body", "is JSON nested too deeply") from None
     return await effects.run(gw, effect)
 
 

@@ -27,6 +27,8 @@ class Delivery:
     headers: dict[str, str]
     body: bytes
     recipients: list[str] = field(default_factory=list)
+    #: the SMTP envelope's sender (MAIL FROM), for a message
+    mail_from: str = ""
     method: str = ""
     path: str = ""
     received_at: float = field(default_factory=time.monotonic)
@@ -102,7 +104,8 @@ class SmtpSink:
         content = envelope.original_content or b""
         msg = email.message_from_bytes(content, policy=email.policy.default)
         delivery = Delivery(headers={k: str(v) for k, v in msg.items()}, body=content,
-                            recipients=list(envelope.rcpt_tos))
+                            recipients=list(envelope.rcpt_tos),
+                            mail_from=envelope.mail_from or "")
         if self.dedupe_header and msg[self.dedupe_header]:
             key = str(msg[self.dedupe_header])
             first = self._first_seen.get(key)

@@ -55,9 +55,13 @@ class HttpCall(Call):
 
 @dataclass(frozen=True)
 class EmailCall(Call):
-    """An email to send through an SMTP provider."""
+    """An email to send through an SMTP provider (or an email API)."""
 
     email: EmailRequest
+    #: the MIME message, built and read back before the admission
+    #: (``mime.build_message``), so what is sent is what was checked; empty
+    #: for a call made without it, which the provider then builds
+    message: bytes = b""
 
 
 #: one attempt of one effect: a tagged union, one kind per provider kind

@@ -160,8 +160,14 @@ class HttpProvider:
         return headers
 
     def headers(self, call: HttpCall) -> dict[str, str]:
-        headers = forwarded_headers(call.headers)
-        headers.update(self.own_headers(call, call.body))
+        """The caller's headers, less every one the gateway sets (in any
+        letter case: a dict keeps "x-key" beside "X-Key", and both would be
+        sent), then the gateway's: replaced, never appended."""
+        own = self.own_headers(call, call.body)
+        owned = {name.lower() for name in own}
+        headers = {k: v for k, v in forwarded_headers(call.headers).items()
+                   if k.lower() not in owned}
+        headers.update(own)
         return headers
 
     async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:

@@ -10,9 +10,11 @@ under (``Fence-Resource``, ``Fence-Token``).
 from __future__ import annotations
 
 import functools
+from email import errors
 from email.headerregistry import BaseHeader, HeaderRegistry
-from email.message import EmailMessage
-from email.policy import SMTP
+from email.message import EmailMessage, Message
+from email.parser import BytesParser
+from email.policy import SMTP, compat32
 from email.utils import formatdate
 
 from ..idempotency import message_id
@@ -41,9 +43,47 @@ def email_headers(call: EmailCall) -> dict[str, str]:
             FENCE_TOKEN: str(call.fence), **call.email.headers}
 
 
+class Unbuildable(ValueError):
+    """The email cannot be built, or its built form would not be the message
+    meant: a 400 before admission (effects.py builds it there first)."""
+
+
+def _header_names(msg: Message) -> list[list[str]]:
+    """Every part's header names, in order, part by part."""
+    return [[name.lower() for name in part.keys()] for part in msg.walk()]
+
+
+def _verified(msg: EmailMessage) -> bytes:
+    """The message's bytes, once read back they hold exactly the headers set,
+    part by part, and no header line holds a stray CR or LF: whatever the
+    interpreter's email package did with encoded words (CVE-2024-6923) or
+    with characters it breaks lines at, an extra header line, or a header
+    section ended early, is caught here rather than sent."""
+    data = msg.as_bytes(policy=SMTP_POLICY)
+    head = data.split(b"\r\n\r\n", 1)[0]
+    if any(b"\r" in line or b"\n" in line for line in head.split(b"\r\n")):
+        raise Unbuildable("a header would carry a bare line break")
+    back = BytesParser(policy=compat32).parsebytes(data)
+    if _header_names(back) != _header_names(msg):
+        raise Unbuildable("its headers would not be the ones set (a value holds a line "
+                          "break, or an encoded word that decodes to one)")
+    return data
+
+
 def build_message(call: EmailCall, idempotency_header: str) -> bytes:
     """The whole message: headers, text and/or HTML, then the attachments.
-    Bcc is left out: those recipients are only in the envelope."""
+    Bcc is left out: those recipients are only in the envelope. Raises
+    Unbuildable when the email package refuses it, or when the bytes it
+    made would not read back as the headers set (``_verified``)."""
+    try:
+        return _verified(_message(call, idempotency_header))
+    except Unbuildable:
+        raise
+    except (ValueError, IndexError, TypeError, errors.MessageError) as e:
+        raise Unbuildable(f"the email package cannot build it ({type(e).__name__})") from None
+
+
+def _message(call: EmailCall, idempotency_header: str) -> EmailMessage:
     req = call.email
     msg = EmailMessage(policy=SMTP_POLICY)
     msg["From"] = req.sender
@@ -71,4 +111,4 @@ def build_message(call: EmailCall, idempotency_header: str) -> bytes:
     for a in req.attachments:
         maintype, _, subtype = a.content_type.partition("/")
         msg.add_attachment(a.content, maintype=maintype, subtype=subtype, filename=a.filename)
-    return msg.as_bytes(policy=SMTP_POLICY)
+    return msg

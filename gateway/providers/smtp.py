@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import re
-from email.utils import parseaddr
 
 import aiosmtplib
 
@@ -98,8 +97,8 @@ class SmtpProvider:
     async def send(self, call: ProviderCall, deadline: Deadline) -> Outcome:
         assert isinstance(call, EmailCall), "an SMTP provider sends emails"
         req = call.email
-        data = build_message(call, self.config.idempotency_header)
-        sender = parseaddr(req.sender)[1]
+        data = call.message or build_message(call, self.config.idempotency_header)
+        sender = req.envelope_sender
         step = ["connect"]
         # the wait for a connection counts against the attempt's deadline too
         try:

@@ -321,7 +321,9 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;  -- freed between our insert and our look: try again
         END IF;
-        IF e.fingerprint <> p_fingerprint THEN
+        -- a key belongs to the resource it was first admitted under: the
+        -- fingerprint does not cover the resource, so it is compared here
+        IF e.fingerprint <> p_fingerprint OR e.resource <> p_resource THEN
             RETURN QUERY SELECT 'idempotency_key_reused', l.fence, e.id, NULL::float8,
                                 NULL::int, NULL::jsonb, NULL::bytea;
             RETURN;

@@ -143,8 +143,21 @@ def test_good_addresses(addr: str) -> None:
     assert requests.address("to", addr) == addr
 
 
+@pytest.mark.parametrize(("addr", "parts"), [
+    ("a@example.com", ("", "a@example.com")),
+    ("  Ann Lee <a@example.com> ", ("Ann Lee", "a@example.com")),
+    ("J. Smith<j@example.com>", ("J. Smith", "j@example.com")),
+])
+def test_mailbox_is_what_the_check_validated(addr: str, parts: tuple[str, str]) -> None:
+    assert requests.mailbox(requests.address("to", addr)) == parts
+
+
 @pytest.mark.parametrize("addr", ["", "a", "a@", "@b", "a@b\r\nBcc: x@y", "a b@c",
-                                  'A <a@b> "x"', "a@-b..c", 5])
+                                  'A <a@b> "x"', "a@-b..c", 5,
+                                  # a display name that reads as another address
+                                  "boss@victim.example <a@b.example>", "root, Team <a@b.example>",
+                                  "Team: <a@b.example>", "T (x@y.example) <a@b.example>",
+                                  "=?utf-8?q?a=0D=0Ab?= <a@b.example>", "A\u2028B <a@b.example>"])
 def test_bad_addresses(addr: Any) -> None:
     with pytest.raises(Problem) as p:
         requests.address("to", addr)
@@ -157,7 +170,12 @@ def test_provider_paths_that_stay_inside(path: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["../a", "a/../../b", "%2e%2e/a", "a/%2E%2E", "/abs",
-                                  "http://x/y", "a\\b", "%252e%252e/a", "a/./b", "a\r\nb"])
+                                  "http://x/y", "a\\b", "%252e%252e/a", "a/./b", "a\r\nb",
+                                  # not plain: overlong UTF-8, full-width and other
+                                  # Unicode dots, raw or encoded, any non-ASCII byte
+                                  "%c0%ae%c0%ae/a", "a/%C0%AE/b", "%e0%80%ae/a",
+                                  "\uff0e\uff0e/a", "%ef%bc%8e%ef%bc%8e/a", "a/\u2024\u2024/b",
+                                  "%e2%80%a4/a", "caf%C3%A9", "caf\u00e9", "a/%80/b", "a%7fb"])
 def test_provider_paths_that_would_escape(path: str) -> None:
     with pytest.raises(Problem):
         requests.provider_path(path)
@@ -200,3 +218,52 @@ def test_an_email_carries_its_message_id_fence_and_provider_key() -> None:
     assert (msg["Fence-Resource"], msg["Fence-Token"]) == ("run:1", "7")
     assert msg["X-Campaign"] == "c1" and msg["Bcc"] is None  # bcc only in the envelope
     assert "hidden@example.com" in req.recipients
+
+
+def test_the_gateways_http_headers_replace_the_callers_in_any_letter_case() -> None:
+    """Each header the gateway sets on an HTTP effect (the idempotency header
+    by its configured name, the fence and signing headers) appears once in
+    what it hands the client library, with the gateway's value, whatever the
+    letter case of a caller's copy."""
+    from gateway.providers.base import HttpCall
+    from gateway.providers.http import HttpProvider
+
+    cfg = config.parse(_with("providers.crm.idempotency_header", "X-Request-Token"),
+                       "f.toml").providers["crm"]
+    assert isinstance(cfg, config.HttpProviderConfig)
+    call = HttpCall("agents", "k", "run:1", 3, method="POST", path="a", query="",
+                    headers={"x-request-token": "forged", "X-Trace": "t"})
+    headers = HttpProvider(cfg, 1024).headers(call)
+    token = [v for k, v in headers.items() if k.lower() == "x-request-token"]
+    assert token == [idempotency.derived_key("agents", "k")]
+    assert headers["X-Trace"] == "t"
+
+
+@pytest.mark.parametrize("over", [
+    {"subject": "=?utf-8?q?invoice=0D=0ABcc:_hidden@evil.example?="},
+    {"subject": "=?utf-8?q?x=0D=0A=0D=0Abody?="},
+    {"headers": {"X-Campaign": "=?utf-8?q?a=0D=0ABcc:_hidden@evil.example?="}},
+    {"attachments": [{"filename": "=?utf-8?q?a=0D=0ABcc:_x@evil.example?=.pdf",
+                      "content": "AAAA"}]},
+    {"subject": "Hi\x0bthere"}, {"subject": "Hi\u2028there"},
+])
+def test_a_built_message_is_read_back_before_it_is_sent(
+        monkeypatch: pytest.MonkeyPatch, over: dict[str, Any]) -> None:
+    """With the request checks of encoded words and line breaks switched off,
+    the message built is still refused: its bytes, read back, must hold
+    exactly the headers set, part by part (on an interpreter without the
+    CVE-2024-6923 fix the encoded CRLF is written raw; on one with it the
+    message reads back whole and is built)."""
+    from gateway.providers.base import EmailCall
+    from gateway.providers.mime import Unbuildable, build_message
+
+    monkeypatch.setattr(requests, "header_text", lambda field, value: value)
+    req = requests.email_request({"from": "a@example.com", "to": ["b@example.com"],
+                                  "subject": "s", "text": "t", **over})
+    call = EmailCall("agents", "k", "run:1", 1, email=req)
+    try:
+        data = build_message(call, "")
+    except Unbuildable:
+        return
+    head = data.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"\r\nbcc:" not in head and b"fence-token:" in head

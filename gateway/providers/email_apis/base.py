@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from email.utils import parseaddr
 from typing import Any
 
 from ...config import HttpProviderConfig
+from ...requests import addr_spec
 from ..base import EmailCall
 
 
@@ -37,8 +37,8 @@ def json_body(value: Any) -> bytes:
 
 
 def bare(address: str) -> str:
-    """``Name <addr>`` → ``addr`` (requests.py checked it is an address)."""
-    return parseaddr(address)[1]
+    """``Name <addr>`` → ``addr``: the addr-spec requests.py validated."""
+    return addr_spec(address)
 
 
 def field_of(body: Any, name: str) -> str | None:

@@ -8,17 +8,17 @@ the ``X-Message-Id`` header.
 
 from __future__ import annotations
 
-from email.utils import parseaddr
 from typing import Any
 
 from ...config import HttpProviderConfig
+from ...requests import mailbox
 from ..base import EmailCall
 from ..mime import email_headers
 from .base import ApiRequest, EmailApi, json_body
 
 
 def _address(value: str) -> dict[str, str]:
-    name, addr = parseaddr(value)
+    name, addr = mailbox(value)
     return {"email": addr, "name": name} if name else {"email": addr}
 
 

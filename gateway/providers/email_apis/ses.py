@@ -20,7 +20,7 @@ from .base import ApiRequest, EmailApi, bare, field_of, json_body
 
 async def build(call: EmailCall, config: HttpProviderConfig) -> ApiRequest:
     req = call.email
-    raw = build_message(call, config.idempotency_header)
+    raw = call.message or build_message(call, config.idempotency_header)
     destination = {"ToAddresses": [bare(a) for a in req.to]}
     if req.cc:
         destination["CcAddresses"] = [bare(a) for a in req.cc]

@@ -1,0 +1,43 @@
+"""The SMTP envelope (MAIL FROM, RCPT TO) is made only from the addr-specs
+the gateway validated, exactly; an address whose display name holds another
+address-like token is refused 400 and nothing is sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.conftest import Gw
+
+
+async def test_the_envelope_is_the_validated_addresses(gw: Gw) -> None:
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.email(lease, "k-env", body={
+        "from": "Agent Smith <agent@example.com>",
+        "to": ["Team <team@corp.example>", "lead@example.com"],
+        "cc": ["Ops Desk <ops@corp.example>"], "bcc": ["audit@corp.example"]})
+    assert status == 200, body
+    [d] = gw.smtp.deliveries
+    assert d.mail_from == "agent@example.com"
+    assert d.recipients == ["team@corp.example", "lead@example.com", "ops@corp.example",
+                            "audit@corp.example"]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("to", ["boss@victim.example <team@corp.example>"]),
+    ("to", ["root, Team <team@corp.example>"]),
+    ("cc", ["a@b.example, <team@corp.example>"]),
+    ("bcc", ["x@evil.example <team@corp.example>"]),
+    ("from", "ceo@bank.example <agent@example.com>"),
+    ("reply_to", "ceo@bank.example <agent@example.com>"),
+    ("to", ["Team: <team@corp.example>"]),
+    ("to", ["Team (boss@victim.example) <team@corp.example>"]),
+])
+async def test_a_display_name_holding_another_address_is_refused(
+        gw: Gw, field: str, value: object) -> None:
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.email(lease, "k-name", body={field: value})
+    assert status == 400 and body["code"] == "bad_request", body
+    assert gw.smtp.deliveries == []
+    assert await gw.effect_state("k-name") is None
