@@ -30,7 +30,7 @@ DEPLOY_STAMP := $(VENV)/.installed-deploy
 BROWSER_STAMP := $(VENV)/.installed-browser
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-all lint chaos bench bench-flame deploy-check console-check ha clean
+.PHONY: run test test-all lint docs chaos bench bench-flame deploy-check console-check ha clean
 
 $(BIN)/python:
 	@$(if $(filter $(PYTHON_VERSION),$(PYTHONS)),:,echo "fencegate runs on Python \
@@ -69,6 +69,11 @@ test-all:
 lint: $(STAMP)
 	$(BIN)/ruff check leases gateway tests
 	$(BIN)/mypy leases gateway
+
+# the Python API reference from the docstrings, into site/ (strict: a warning
+# fails the build; make test builds it too, tests/docs/test_api_reference.py)
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict --clean -d site
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),bench]'

@@ -42,10 +42,15 @@ from .wire import (
 
 
 class FencedLease(Protocol):
+    """What an effect is sent under: a ``leases.Lease``, a ``leases.Job``'s
+    lease, or a ``FenceToken``."""
+
     resource: str
     fence: int
 
-    def check(self) -> None: ...
+    def check(self) -> None:
+        """Raise if this process already knows the lease is lost (a
+        ``leases.Lease`` raises ``leases.LeaseLost``), so nothing is attempted."""
 
 
 @dataclass(frozen=True)
@@ -84,26 +89,73 @@ class GatewayProblem(GatewayClientError):
 
     @property
     def retry_after(self) -> float | None:
+        """Seconds the gateway asks to wait before trying again (its
+        ``Retry-After``), or None when it set none."""
         value = self.headers.get(RETRY_AFTER)
         return float(value) if value else None
 
 
 class FenceRejected(GatewayProblem):
+    """412: the lease this effect was sent under no longer authorises it
+    (``code``: ``stale_fence``, ``lease_expired``, ``no_lease``,
+    ``invalid_fence``). Nothing was sent. Stop: this worker is a zombie."""
+
     @property
     def current_fence(self) -> int | None:
+        """The resource's current fence (``stale_fence`` only)."""
         return self.document.get("current_fence")
 
 
-class EffectInProgress(GatewayProblem): ...
-class EffectOutcomeUnknown(GatewayProblem): ...
-class IdempotencyKeyReused(GatewayProblem): ...
-class ProviderRejected(GatewayProblem): ...
-class RateLimited(GatewayProblem): ...
-class ProviderError(GatewayProblem): ...
-class ProviderOutcomeUnknown(GatewayProblem): ...
-class Unavailable(GatewayProblem): ...
-class Overloaded(GatewayProblem): ...
-class ProviderTimeout(GatewayProblem): ...
+class EffectInProgress(GatewayProblem):
+    """409: an attempt of this key is in flight now; repeat the key after
+    ``retry_after`` to get its answer."""
+
+
+class EffectOutcomeUnknown(GatewayProblem):
+    """409: an earlier attempt of this key may or may not have reached the
+    provider. The gateway will not send it again: an operator resolves it
+    (``fencegate effects resolve``, or the console)."""
+
+
+class IdempotencyKeyReused(GatewayProblem):
+    """422: the key was used before with a different request (or under
+    another resource). Choose a new key for a new effect."""
+
+
+class ProviderRejected(GatewayProblem):
+    """422: the provider refused the email for good (a final SMTP answer).
+    The refusal is stored: repeating the key replays it."""
+
+
+class RateLimited(GatewayProblem):
+    """429: the provider's configured rate, or its own 429, would be
+    exceeded. Nothing was sent; wait ``retry_after`` and repeat the key."""
+
+
+class ProviderError(GatewayProblem):
+    """502: the provider failed in a way that is safe to retry; the key is
+    free again. Repeat it."""
+
+
+class ProviderOutcomeUnknown(GatewayProblem):
+    """502: the provider failed after it may have acted; the key is not
+    free. Repeats answer ``EffectOutcomeUnknown`` until an operator resolves it."""
+
+
+class Unavailable(GatewayProblem):
+    """503: the gateway cannot reach its database: it failed closed and
+    nothing was sent. Repeat the key later."""
+
+
+class Overloaded(GatewayProblem):
+    """503: the gateway could not take the request in time; nothing was
+    sent. Repeat the key after ``retry_after``."""
+
+
+class ProviderTimeout(GatewayProblem):
+    """504: the provider did not answer in time; the effect's outcome is
+    unknown unless the provider dedupes on the gateway's key (then the
+    gateway retries it itself within the provider's window)."""
 
 
 _BY_CODE: dict[str, type[GatewayProblem]] = {
@@ -127,10 +179,22 @@ class Result:
     replayed: bool
 
     def json(self) -> Any:
+        """The body as JSON (raises ``ValueError`` when it is not JSON)."""
         return jsonlib.loads(self.body)
 
 
 class GatewayClient:
+    """Sends effects through the gateway at ``base_url`` with ``api_key``.
+
+    Each call fills in ``Fence-Resource``, ``Fence-Token`` and
+    ``Idempotency-Key`` from the lease and the key, calls ``lease.check()``
+    first (a lease known lost attempts nothing), and raises one exception per
+    problem code (see the module's tree). Use it as an async context manager,
+    or call ``close``. ``session``: an aiohttp session of your own, which
+    ``close`` then leaves open. ``timeout_seconds``: the whole request,
+    answer included; past it ``GatewayUnreachable`` is raised.
+    """
+
     def __init__(self, base_url: str, api_key: str, *,
                  session: aiohttp.ClientSession | None = None,
                  timeout_seconds: float = 60.0) -> None:
@@ -148,6 +212,7 @@ class GatewayClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close the session this client made (not one it was given)."""
         if self._own_session and self._session is not None:
             await self._session.close()
             self._session = None
@@ -189,7 +254,19 @@ class GatewayClient:
                          provider: str | None = None,
                          attachments: list[dict[str, str]] | None = None) -> Result:
         """Send one email under ``lease``, named ``idempotency_key``.
-        ``attachments``: ``{"filename", "content" (base64), "content_type"?}``."""
+
+        ``attachments``: ``{"filename", "content" (base64), "content_type"?}``.
+        ``provider`` picks one of the gateway's email providers (default: its
+        only one). The answer's ``json()`` has ``status`` (``"sent"``),
+        ``message_id`` and ``provider``; ``replayed`` is true when the gateway
+        answered from its record of an earlier attempt and sent nothing.
+
+        Raises:
+            leases.LeaseLost: the lease is known lost here; nothing was sent.
+            FenceRejected: the lease no longer authorises effects.
+            GatewayProblem: a subclass per problem code (see the module).
+            GatewayUnreachable: no answer; repeat the same key to learn what happened.
+        """
         body: dict[str, Any] = {"from": sender, "to": to, "subject": subject}
         for name, value in (("text", text), ("html", html), ("cc", cc), ("bcc", bcc),
                             ("reply_to", reply_to), ("headers", headers),
@@ -203,8 +280,18 @@ class GatewayClient:
                       params: dict[str, str] | None = None,
                       headers: dict[str, str] | None = None) -> Result:
         """Forward one HTTP request to ``provider`` under ``lease``, named
-        ``idempotency_key``. ``data`` is bytes, or an async iterable of them
-        (sent chunked)."""
+        ``idempotency_key``, at ``path`` under the provider's base URL.
+
+        ``data`` is bytes, or an async iterable of them (sent chunked). The
+        provider's answer, whatever its status, is the ``Result``: only the
+        gateway's own problems raise.
+
+        Raises:
+            leases.LeaseLost: the lease is known lost here; nothing was sent.
+            FenceRejected: the lease no longer authorises effects.
+            GatewayProblem: a subclass per problem code (see the module).
+            GatewayUnreachable: no answer; repeat the same key to learn what happened.
+        """
         kwargs: dict[str, Any] = {"headers": headers or {}}
         if json is not None:
             kwargs["json"] = json
