@@ -32,10 +32,14 @@ class Authenticator:
 
 
 def check_resource(client: ClientConfig, resource: str) -> None:
-    """403 unless one of the client's patterns matches ``resource``."""
+    """403 unless one of the client's patterns matches ``resource``. The
+    detail names the resource and the client's own patterns: the caller sent
+    the one and is the other's client, so neither tells it anything new."""
     if not any(fnmatchcase(resource, pattern) for pattern in client.resources):
         raise Problem("forbidden_resource",
-                      f"client {client.name!r} may not act on this resource")
+                      f"client {client.name!r} may not act on {resource!r}: its resource "
+                      f"patterns are {', '.join(client.resources)} (the [[clients]] "
+                      "table's resources)")
 
 
 def check_provider(client: ClientConfig, provider: str, path: str | None = None) -> None:

@@ -239,6 +239,8 @@ async def test_authentication_and_resource_scope(gw: Gw) -> None:
     # the other client may not act on run:* resources
     status, _, body = await gw.email(lease, "k-auth", api_key=OTHER_KEY)
     assert (status, body["code"]) == (403, "forbidden_resource")
+    # what to fix: the resource refused, and the patterns this client has
+    assert "'run:1'" in body["detail"] and "other:*" in body["detail"], body["detail"]
     assert gw.smtp.deliveries == []
 
 
