@@ -22,6 +22,9 @@ from .errors import ConfigError
 from .ledger import Ledger
 
 CONFIG_ENV = "FENCEGATE_CONFIG"
+#: `fencegate effects list`, as a table with a header row like `jobs list`
+EFFECT_COLUMNS = ("state", "client", "idempotency_key", "resource", "fence", "provider",
+                  "created_at")
 
 
 def _config_path(args: argparse.Namespace) -> str:
@@ -114,10 +117,8 @@ def _effects(args: argparse.Namespace) -> int:
             return 0
         if args.verb == "list":
             rows = await ledger.list(args.client, args.state, args.limit)
-            leases_cli.emit(args, rows, "\n".join(
-                f"{r['state']:<10} {r['client']:<12} {r['idempotency_key']:<32} "
-                f"{r['resource']} fence {r['fence']} via {r['provider']}, "
-                f"{r['created_at']}" for r in rows) or "no effects")
+            leases_cli.emit(args, rows, jobs_cli.table(rows, EFFECT_COLUMNS)
+                            if rows else "no effects")
             return 0
         return await _resolve(args, ledger)
 

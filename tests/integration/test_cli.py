@@ -255,21 +255,21 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
         VALUES ('run:1', 'w', 1, clock_timestamp(), clock_timestamp() + interval '1 hour')""")
     verdict = await conn.fetchval(
         "SELECT verdict FROM fencegate_admit_effect('agents', 'welcome-1', '\\x00'::bytea, "
-        "'run:1', 1, 'mail', 7, 0.01, 0, 5)")
+        "'run:1', 1, 'mail', 7, 3600, 0, 5)")
     assert verdict == "admitted"
-    await asyncio.sleep(0.05)  # past its deadline: the gateway that sent it is gone
-    shown = json.loads((await asyncio.to_thread(
-        run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
+    # the attempt may still be under way (its deadline is an hour off): not yet
     early = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
                                     "agents", "--outcome", "sent")
     assert early.returncode == 1 and "resolvable in" in early.stderr, early.stderr
-    # as if its grace had passed too
-    await conn.execute("UPDATE fencegate_effects SET deadline = deadline - interval '1 hour'")
+    # as if its deadline and its grace had passed: the gateway that sent it is gone
+    await conn.execute("UPDATE fencegate_effects SET deadline = deadline - interval '2 hours'")
     await conn.close()
     shown = json.loads((await asyncio.to_thread(
         run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
     assert shown["state"] == "unknown" and shown["fence"] == 1
     listed = (await asyncio.to_thread(run, dsn, "effects", "list", "--state", "unknown")).stdout
+    assert listed.splitlines()[0].split() == ["STATE", "CLIENT", "IDEMPOTENCY_KEY", "RESOURCE",
+                                              "FENCE", "PROVIDER", "CREATED_AT"]
     assert "welcome-1" in listed
     resolved = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
                                        "agents", "--outcome", "sent")
