@@ -77,11 +77,35 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
         emit(args, rows, table(rows))
         return 0
     # replay
-    total = await q.replay(args.ids or None, progress=None if args.json else _progress)
+    if args.ids:
+        return await _replay_named(args, pool, q)
+    total = await q.replay(None, progress=None if args.json else _progress)
     if not args.json:
         print(file=sys.stderr)
     emit(args, {"replayed": total}, f"replayed {total} dead jobs on {args.queue}")
     return 0
+
+
+async def _replay_named(args: argparse.Namespace, pool: asyncpg.Pool, q: Queue) -> int:
+    """Replay the jobs named, and say of each one that was not replayed why:
+    only a dead job of this queue goes back (a queued one is left as it is)."""
+    before = {i: await pool.fetchrow(sql.query("show_job"), i) for i in args.ids}
+    total = await q.replay(args.ids)
+    after = {i: await pool.fetchrow(sql.query("show_job"), i) for i in args.ids}
+    skipped = {}
+    for i in args.ids:
+        was, now = before[i], after[i]
+        if was is None or now is None:
+            skipped[i] = "no such job"
+        elif was["queue"] != args.queue:
+            skipped[i] = f"it is on queue {was['queue']!r}, not {args.queue!r}"
+        elif was["state"] != "dead":
+            skipped[i] = f"it is {was['state']}, not dead: nothing to replay"
+    lines = [f"replayed {total} of {len(args.ids)} jobs on {args.queue}"]
+    lines += [f"  job {i}: not replayed: {why}" for i, why in skipped.items()]
+    emit(args, {"replayed": total, "not_replayed": {str(i): why for i, why in skipped.items()}},
+         "\n".join(lines))
+    return 0 if not skipped else 1
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -244,6 +244,14 @@ def test_jobs_commands(dsn: str) -> None:
     replayed = run(dsn, "jobs", "replay", "mail")
     assert replayed.returncode == 0 and "replayed 1" in replayed.stdout
     assert "queued" in run(dsn, "jobs", "list", "mail").stdout
+    # a queued job named for replay: one line that says why nothing happened
+    queued = run(dsn, "jobs", "replay", "mail", str(first["id"]), "999999")
+    assert queued.returncode == 1
+    assert queued.stdout.splitlines() == [
+        "replayed 0 of 2 jobs on mail",
+        f"  job {first['id']}: not replayed: it is queued, not dead: nothing to replay",
+        "  job 999999: not replayed: no such job"], queued.stdout
+    assert "replayed 0 jobs" not in queued.stderr
     bad = run(dsn, "jobs", "enqueue", "mail", "--payload", "{not json")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
