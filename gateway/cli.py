@@ -106,6 +106,14 @@ def _demo(args: argparse.Namespace) -> int:
 def _effects(args: argparse.Namespace) -> int:
     async def run(pool: asyncpg.Pool) -> int:
         ledger = Ledger(LeaseClient(pool=pool, timeout=10.0))
+        if args.verb in ("show", "resolve") and args.client is None:
+            clients = await ledger.clients_of(args.key)
+            if len(clients) != 1:
+                print(f"no such effect: {args.key!r}" if not clients else
+                      f"{args.key!r} names effects of several clients "
+                      f"({', '.join(clients)}): pass --client", file=sys.stderr)
+                return 1
+            args.client = clients[0]
         if args.verb == "show":
             effect = await ledger.show(args.client, args.key)
             if effect is None:
@@ -180,7 +188,8 @@ def parser() -> argparse.ArgumentParser:
     verbs = effects.add_subparsers(dest="verb", required=True)
     show = verbs.add_parser("show", help="one effect")
     show.add_argument("key", help="the idempotency key")
-    show.add_argument("--client", required=True, help="the client that sent it")
+    show.add_argument("--client", help="the client that sent it (needed only when "
+                     "effects of several clients share the key)")
     lst = verbs.add_parser("list", help="recent effects")
     lst.add_argument("--client", help="one client's effects (default: every client's)")
     lst.add_argument("--state", choices=["in_flight", "succeeded", "failed", "unknown"],
@@ -188,7 +197,8 @@ def parser() -> argparse.ArgumentParser:
     lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     res = verbs.add_parser("resolve", help="settle an effect whose outcome is unknown")
     res.add_argument("key", help="the idempotency key")
-    res.add_argument("--client", required=True, help="the client that sent it")
+    res.add_argument("--client", help="the client that sent it (needed only when "
+                     "effects of several clients share the key)")
     res.add_argument("--outcome", required=True, choices=["sent", "not_sent"],
                      help="what the provider says happened")
     for v in (show, lst, res):

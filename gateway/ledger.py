@@ -246,6 +246,10 @@ class Ledger:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(recording), self.timeout)
 
+    async def clients_of(self, key: str) -> list[str]:
+        """The clients that have an effect under ``key`` (at most ten)."""
+        return [r["client"] for r in await self.db.fetch("effect_clients", key)]
+
     async def show(self, client: str, key: str) -> dict[str, Any] | None:
         row = await self.db.fetchrow("show_effect", client, key, RESOLVE_GRACE_SECONDS)
         return None if row is None else effect_view(row)

@@ -147,3 +147,8 @@ SELECT idempotency_key, client, resource, fence, provider,
  WHERE state = 'unknown' OR state = 'in_flight'
  ORDER BY updated_at DESC
  LIMIT $1;
+
+-- name: effect_clients
+-- The clients that hold an effect under this key (the CLI's `effects show KEY`
+-- without --client: one is the answer, several must be told apart).
+SELECT client FROM fencegate_effects WHERE idempotency_key = $1 ORDER BY client LIMIT 10;

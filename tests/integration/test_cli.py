@@ -275,6 +275,10 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
     shown = json.loads((await asyncio.to_thread(
         run, dsn, "effects", "show", "welcome-1", "--client", "agents", "--json")).stdout)
     assert shown["state"] == "unknown" and shown["fence"] == 1
+    # one client has the key: --client may be left out
+    alone = json.loads((await asyncio.to_thread(
+        run, dsn, "effects", "show", "welcome-1", "--json")).stdout)
+    assert alone == shown
     listed = (await asyncio.to_thread(run, dsn, "effects", "list", "--state", "unknown")).stdout
     assert listed.splitlines()[0].split() == ["STATE", "CLIENT", "IDEMPOTENCY_KEY", "RESOURCE",
                                               "FENCE", "PROVIDER", "CREATED_AT"]
