@@ -308,7 +308,30 @@ async def _report_deliveries(stack: DevStack) -> None:
         seen_mail, seen_hook = len(stack.smtp.deliveries), len(stack.hook.deliveries)
 
 
+class _TerminalLines(logging.Handler):
+    """The gateway's effect lines and the console's actions, as plain lines
+    beside the sinks' (the JSON log of `fencegate serve` is for machines)."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__(logging.INFO)
+        self.tag = tag
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"[{self.tag}] {record.getMessage()}", flush=True)
+
+
+def show_gateway_lines() -> None:
+    """Every effect (sent, replayed, refused by fence) and every console
+    action on the dev terminal."""
+    for name, tag in (("fencegate.effects", "gateway"), ("fencegate.console", "console")):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        logger.handlers[:] = [_TerminalLines(tag)]
+
+
 async def run_dev(port: int = DEV_GATEWAY_PORT) -> None:
+    show_gateway_lines()
     async with dev_stack(port) as stack:
         print(curl_guide(stack), flush=True)
         await _report_deliveries(stack)

@@ -340,6 +340,12 @@ def test_the_dev_guide_sends_again_in_every_session(dsn: str, tmp_path: Path) ->
             assert '"code": "stale_fence"' in ran.stdout
             wait_for(lambda: b"[smtp sink] message" in out.read_bytes(),  # noqa: B023
                      f"session {session}'s email reaches the sink")
+            # the refusal of the zombie's email shows on the dev terminal too
+            refused = re.compile(rb"\[gateway\] effect welcome-\w+-2 on run:demo-\w+ "
+                                 rb"under fence \d+: stale_fence")
+            wait_for(lambda out=out, refused=refused:  # type: ignore[misc]
+                     refused.search(out.read_bytes()),
+                     "the stale fence's refusal is shown")
         finally:
             stop(proc)
 
