@@ -19,14 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import os
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
+import aiohttp
+import asyncpg
 import pytest
 
+from gateway.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.idempotency import message_id
 from leases import Lease, LeaseClient
 from tests.integration.conftest import Gw
+from tests.integration.test_cli import FENCEGATE, _free_port
 from tests.support.slowlink import SlowLink
 
 BODY_BYTES = 400_000
@@ -140,3 +148,82 @@ async def test_an_smtp_message_cut_in_data_is_never_accepted_later(
             if d.header("Message-ID") == message_id("agents", "mail-1")]
     assert mine == [], "fence F's message was accepted after F+1 was granted"
     assert conn.ending == "reset"
+
+
+async def _serve(tmp_path: Path, dsn: str, link: SlowLink) -> tuple[subprocess.Popen[bytes],
+                                                                     str]:
+    """A gateway process (``fencegate serve``) whose provider is behind ``link``."""
+    port = _free_port()
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(f"""
+[server]
+port = {port}
+database_timeout_seconds = 1
+barrier_grace_seconds = 0.5
+max_body_bytes = {1024 * 1024}
+[database]
+url_env = "FG_TEST_DSN"
+[[clients]]
+name = "agents"
+key_sha256 = "{key_sha256('k')}"
+resources = ["run:*"]
+[providers.slowhook]
+kind = "http"
+base_url = "http://127.0.0.1:{link.port}/hook"
+timeout_seconds = 2
+rate_limit_per_second = 100000
+idempotency_header = ""
+""")
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg)],
+                                env={**os.environ, "FG_TEST_DSN": dsn},
+                                stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(400):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url + "/readyz") as r:
+                    if r.status == 200:
+                        return proc, url
+            await asyncio.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise AssertionError("the gateway never became ready")
+
+
+async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
+    dsn: str, pool: asyncpg.Pool, tmp_path: Path, http_link: SlowLink, webhook_sink: WebhookSink,
+) -> None:
+    """Reproduction 3: the gateway process is SIGKILLed while its 400 kB
+    request is on its way over the slow link. The kernel closes a dead
+    process's sockets: gracefully, it went on delivering the request, and the
+    provider acted on fence F after F+1 was granted. Reset, nothing more of
+    it arrives."""
+    proc, url = await _serve(tmp_path, dsn, http_link)
+    try:
+        lease = await LeaseClient(pool=pool, owner="worker-a").claim("run:A", ttl=1)
+        assert lease is not None
+        headers = {"Authorization": "Bearer k", "Fence-Resource": lease.resource,
+                   "Fence-Token": str(lease.fence), "Idempotency-Key": "killed-1"}
+        async with aiohttp.ClientSession() as http:
+            sending = asyncio.create_task(
+                http.post(url + "/v1/http/slowhook/x", headers=headers, data=b"x" * BODY_BYTES))
+            while not (http_link.conns and http_link.conns[0].forwarded > 0):
+                assert not sending.done(), "the request ended before it was under way"
+                await asyncio.sleep(0.01)
+            proc.kill()  # SIGKILL, mid-send
+            proc.wait()
+            with contextlib.suppress(aiohttp.ClientError):
+                (await sending).release()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    await _claim_after(LeaseClient(pool=pool, owner="worker-b"), "run:A")
+    [conn] = http_link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    late = [d for d in webhook_sink.deliveries if d.headers.get("Fence-Token") == str(lease.fence)]
+    assert late == [], "the dead gateway's request reached the provider after F+1"
+    assert conn.ending == "reset"
+    assert conn.forwarded < BODY_BYTES
