@@ -36,7 +36,7 @@ from ..deadline import Deadline
 from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from ..ratelimit import retry_after_header
 from ..wire import FENCE_RESOURCE, FENCE_TOKEN, RETRY_AFTER, TRUNCATED, ProblemCode, header_text
-from . import gate, http_email, sigv4
+from . import gate, http_email, sigv4, sockets
 from .base import (
     Call,
     EmailCall,
@@ -103,12 +103,21 @@ def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> 
 
 
 class _GatedConnector(aiohttp.TCPConnector):
-    """Connections whose every write passes the attempt's gate (gate.py)."""
+    """Connections whose every write passes the attempt's gate (gate.py),
+    which reset rather than close (sockets.py)."""
+
+    #: the provider's timeout, the bound on unacknowledged data (sockets.py)
+    timeout_seconds = 30.0
 
     async def _create_connection(self, req: ClientRequest, traces: list[Trace],
                                  timeout: aiohttp.ClientTimeout) -> ResponseHandler:
         proto = await super()._create_connection(req, traces, timeout)
         if proto.transport is not None:
+            try:
+                sockets.prepare(proto.transport.get_extra_info("socket"), self.timeout_seconds)
+            except BaseException:
+                proto.abort()
+                raise
             proto.transport = gate.GatedTransport(proto.transport)  # type: ignore[assignment]
         return proto
 
@@ -121,6 +130,7 @@ class HttpProvider:
 
     async def start(self) -> None:
         connector = _GatedConnector(limit=256, keepalive_timeout=KEEPALIVE_SECONDS)
+        connector.timeout_seconds = self.config.timeout_seconds
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None),
             auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar(),
@@ -223,6 +233,7 @@ class HttpProvider:
                         "http cut at the deadline")
             return _failure(e)
         finally:
+            writes.end()
             gate.CURRENT.reset(token)
 
     def _paced(self, outcome: Outcome, headers: Mapping[str, str]) -> Outcome:
