@@ -14,8 +14,11 @@ still held never arrives. A graceful close (FIN) is forwarded only after
 everything before it, as TCP delivers it.
 
 ``slow_connections`` limits the throttle to the first N connections (later
-ones, a repeat on a fresh connection, pass at full speed). Each connection's
-fate is a ``Conn``: how many bytes it forwarded, and how it ended.
+ones, a repeat on a fresh connection, pass at full speed). ``set_rate``
+changes the throttle of every slow connection at once: ``None`` passes at
+full speed, 0 stops reading (a provider that stops reading its socket). Each
+connection's fate is a ``Conn``: how many bytes it forwarded, and how it
+ended.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class Conn:
 
     slow: bool
     forwarded: int = 0
+    #: a stall of this connection alone (``SlowLink.stall``): its rate, and until when
+    stalled_rate: float = 0.0
+    stalled_until: float = 0.0
     #: "reset" (the gateway's side was reset) or "eof" (closed gracefully)
     ending: str | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -44,13 +50,16 @@ class Conn:
 
 
 class SlowLink:
-    def __init__(self, upstream_port: int, *, rate: float,
-                 slow_connections: int | None = None) -> None:
+    def __init__(self, upstream_port: int, *, rate: float | None,
+                 slow_connections: int | None = None, port: int = 0) -> None:
         self.upstream_port = upstream_port
         self.rate = rate
         self.slow_connections = slow_connections
+        self._moving = asyncio.Event()
+        if rate != 0:
+            self._moving.set()
         self.conns: list[Conn] = []
-        self.port = 0
+        self.port = port
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -60,12 +69,29 @@ class SlowLink:
         # set before listen(): accepted sockets inherit it, and the window the
         # gateway sees is the link's, from the first segment on
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", self.port))
         sock.listen(16)
         sock.setblocking(False)
         self._server = await asyncio.start_server(self._accept, sock=sock)
         self.port = sock.getsockname()[1]
         return self
+
+    def set_rate(self, rate: float | None) -> None:
+        self.rate = rate
+        if rate == 0:
+            self._moving.clear()
+        else:
+            self._moving.set()
+
+    def stall(self, seconds: float, rate: float) -> None:
+        """Every connection open now carries at most ``rate`` bytes a second
+        (0: nothing) for ``seconds``; connections opened later pass as the
+        link's rate says. The path those flows took got slow, or the provider
+        stopped reading them."""
+        until = asyncio.get_running_loop().time() + seconds
+        for conn in self.conns:
+            if not conn.ended.is_set():
+                conn.stalled_rate, conn.stalled_until = rate, until
 
     async def close(self) -> None:
         if self._server is not None:
@@ -122,6 +148,8 @@ class SlowLink:
     async def _requests(self, conn: Conn, reader: asyncio.StreamReader,
                         up: asyncio.StreamWriter) -> None:
         while True:
+            if conn.slow:
+                await self._moving.wait()
             try:
                 data = await reader.read(READ_SIZE)
             except OSError:
@@ -136,8 +164,19 @@ class SlowLink:
             conn.forwarded += len(data)
             with contextlib.suppress(OSError):
                 await up.drain()
+            await self._stalled(conn, len(data))
             if conn.slow:
-                await asyncio.sleep(len(data) / self.rate)
+                await self._moving.wait()
+                if self.rate:
+                    await asyncio.sleep(len(data) / self.rate)
+
+    async def _stalled(self, conn: Conn, size: int) -> None:
+        loop = asyncio.get_running_loop()
+        while (left := conn.stalled_until - loop.time()) > 0:
+            if conn.stalled_rate:
+                await asyncio.sleep(min(left, size / conn.stalled_rate))
+                return
+            await asyncio.sleep(left)
 
     async def _answers(self, up: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
