@@ -25,10 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..deadline import Deadline
+
+#: a large body goes to aiohttp in pieces of this size, so that it is not
+#: handed to asyncio at once: each piece passes the gate (the deadline) on its
+#: own, and aiohttp waits for the transport to drain between them
+CHUNK_BYTES = 16 * 1024
+
+
+async def pieces(body: bytes) -> AsyncIterator[bytes]:
+    """``body`` in ``CHUNK_BYTES`` pieces (an upload aiohttp writes one by one)."""
+    view = memoryview(body)
+    for i in range(0, len(body), CHUNK_BYTES):
+        yield bytes(view[i:i + CHUNK_BYTES])
 
 
 class GateClosed(Exception):

@@ -20,7 +20,7 @@ import base64
 import hashlib
 import hmac
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 
 import aiohttp
@@ -212,12 +212,16 @@ class HttpProvider:
                         judge: Callable[[aiohttp.ClientResponse, bytes], Outcome]) -> Outcome:
         """One request on the wire, every write through the attempt's gate."""
         assert self._session is not None, "provider not started"
+        data: bytes | AsyncIterator[bytes] | None = body or None
+        if len(body) > gate.CHUNK_BYTES:  # in pieces, each through the gate; not chunked
+            headers = {**headers, "Content-Length": str(len(body))}
+            data = gate.pieces(body)
         writes = gate.WriteGate(deadline)
         token = gate.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 async with self._session.request(
-                    method, url, data=body or None, headers=headers, allow_redirects=False,
+                    method, url, data=data, headers=headers, allow_redirects=False,
                 ) as resp:
                     answer = await read_limited(resp.content, self.max_body_bytes)
                     outcome = judge(resp, answer)
