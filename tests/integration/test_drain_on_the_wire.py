@@ -96,6 +96,28 @@ async def test_a_timed_out_http_request_leaves_nothing_on_the_wire(
     assert conn.forwarded < BODY_BYTES
 
 
+async def test_a_provider_that_stops_reading_gets_nothing_after_the_barrier(
+    make_gw: Callable[..., Awaitable[Gw]], http_link: SlowLink,
+) -> None:
+    """The provider stops reading its socket: the request waits in the
+    gateway's kernel, the attempt times out, F+1 is granted. When the
+    provider reads again, nothing of fence F's request may be left for it."""
+    http_link.set_rate(0)
+    gw = await make_gw(providers=_slow_hook(http_link), **FAST)
+    lease = await gw.leases.claim("run:A", ttl=1)
+    assert lease is not None
+    status, _, body = await gw.post("/v1/http/slowhook/x", gw.headers(lease, "stopped-1"),
+                                    data=b"x" * BODY_BYTES)
+    assert status == 504 and body["code"] == "provider_timeout", body
+    await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+    http_link.set_rate(None)  # the provider reads again, at full speed
+    [conn] = http_link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    assert _fence_f(gw, lease) == [], "fence F's request reached the provider after F+1"
+    assert conn.ending == "reset"
+
+
 async def test_a_resolve_cannot_free_a_key_whose_request_is_still_on_the_wire(
     make_gw: Callable[..., Awaitable[Gw]], http_link: SlowLink,
 ) -> None:
