@@ -139,9 +139,18 @@ class _ProviderCommon:
         """``retry_window_seconds`` for one request (``path`` below the base
         URL): 0 where the preset says the provider ignores the key."""
         endpoints = self.preset.idempotency.endpoints if self.preset is not None else ()
-        if endpoints and (method.upper(), path.split("?", 1)[0].strip("/")) not in endpoints:
+        if endpoints and (method.upper(), _endpoint_path(path)) not in endpoints:
             return 0.0
         return self.retry_window_seconds
+
+
+def _endpoint_path(path: str) -> str:
+    """A path as a preset's endpoints name it: without its query and without
+    one slash at either end. More slashes stay (``emails//`` is a path of its
+    own at the provider, not ``emails``), so such a path matches no endpoint."""
+    path = path.split("?", 1)[0]
+    path = path[1:] if path.startswith("/") else path
+    return path[:-1] if path.endswith("/") else path
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import time
 from leases import Busy, Unavailable, clock
 from leases.retry import RetryPolicy
 
-from .config import HttpProviderConfig, ProviderConfig
+from .config import HttpProviderConfig, ProviderConfig, ServerConfig
 from .deadline import Deadline
 from .metrics import PROVIDER_RESENDS
 from .pace import PACE_WAIT_SECONDS
@@ -52,6 +52,18 @@ def resendable(config: ProviderConfig) -> bool:
     request: an HTTP provider that dedupes on our key, for a window."""
     return isinstance(config, HttpProviderConfig) and config.retry_window_seconds > 0 \
         and config.resend_attempts > 0
+
+
+def longest_effect_seconds(server: ServerConfig, config: ProviderConfig) -> float:
+    """From an effect's admission to its answer, at most: the budget of every
+    attempt (the first and each resend), and the longest backoff before each
+    resend."""
+    resends = config.resend_attempts \
+        if isinstance(config, HttpProviderConfig) and resendable(config) else 0
+    budget = server.database_timeout_seconds + config.timeout_seconds
+    backoffs = sum(min(RESEND_BACKOFF_CAP_SECONDS, RESEND_BACKOFF_BASE_SECONDS * 2.0 ** (n - 1))
+                   for n in range(1, resends + 1))
+    return (1 + resends) * budget + backoffs
 
 
 def policy(config: HttpProviderConfig) -> RetryPolicy:

@@ -26,6 +26,7 @@ from .app import build_app
 from .config import Config, load
 from .console.session import secret_for_processes
 from .errors import ConfigError
+from .resend import longest_effect_seconds
 
 log = logging.getLogger("fencegate.serve")
 
@@ -118,7 +119,23 @@ def _run_worker(config_path: str, dsn: str, processes: int) -> None:
                 f"reference at {url}/docs)")
 
     web.run_app(app, host=config.server.host, port=config.server.port, print=listening,
-                access_log=None, reuse_port=processes > 1)
+                access_log=None, reuse_port=processes > 1,
+                shutdown_timeout=shutdown_seconds(config))
+
+
+#: beyond the longest request: the answer's own write, the outcome's record
+SHUTDOWN_MARGIN_SECONDS = 3.0
+
+
+def shutdown_seconds(config: Config) -> float:
+    """How long a stopping gateway waits for the requests it is serving: the
+    longest effect any provider can take, and a margin. Past it aiohttp
+    cancels them (their connections reset: nothing more is delivered, but
+    their outcomes are unknown). A platform's grace period must cover it
+    (deploy/kubernetes: terminationGracePeriodSeconds)."""
+    longest = max((longest_effect_seconds(config.server, p)
+                   for p in config.providers.values()), default=0.0)
+    return longest + SHUTDOWN_MARGIN_SECONDS
 
 
 #: a worker process that dies is replaced after this long, doubling while

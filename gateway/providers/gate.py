@@ -12,16 +12,35 @@ assumption").
 
 The attempt reaches the wrapper through a context variable, which aiohttp's
 body-writer task inherits from the request's task.
+
+A provider connection is never closed gracefully: ``close()`` on the wrapper
+is an abort, so nothing asyncio still buffers is written after the attempt
+ended, and with the socket's ``SO_LINGER`` 0 (sockets.py) the kernel drops
+its queue too and resets. And once an attempt's deadline comes while it is
+still under way, the gate aborts every connection it let write, at once,
+without waiting for the attempt's cancellation to reach the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..deadline import Deadline
+
+#: a large body goes to aiohttp in pieces of this size, so that it is not
+#: handed to asyncio at once: each piece passes the gate (the deadline) on its
+#: own, and aiohttp waits for the transport to drain between them
+CHUNK_BYTES = 16 * 1024
+
+
+async def pieces(body: bytes) -> AsyncIterator[bytes]:
+    """``body`` in ``CHUNK_BYTES`` pieces (an upload aiohttp writes one by one)."""
+    view = memoryview(body)
+    for i in range(0, len(body), CHUNK_BYTES):
+        yield bytes(view[i:i + CHUNK_BYTES])
 
 
 class GateClosed(Exception):
@@ -35,12 +54,30 @@ class WriteGate:
         self.deadline = deadline
         self.written = 0
         self.closed = False
+        self._transports: list[asyncio.BaseTransport] = []
+        self._timer = asyncio.get_running_loop().call_later(
+            max(0.0, deadline.remaining()), self._expire)
 
-    def admit(self, size: int) -> None:
+    def admit(self, size: int, transport: asyncio.BaseTransport | None = None) -> None:
         if self.closed or self.deadline.remaining() <= 0:
             self.closed = True
             raise GateClosed("the attempt's deadline passed before this write")
+        if transport is not None and transport not in self._transports:
+            self._transports.append(transport)
         self.written += size
+
+    def _expire(self) -> None:
+        """The deadline came with the attempt still under way: whatever it
+        wrote and the kernel has not sent is dropped, its connections reset."""
+        self.closed = True
+        for transport in self._transports:
+            transport.abort()  # type: ignore[attr-defined]
+
+    def end(self) -> None:
+        """The attempt is over (answered, or given up): its connections are
+        its provider's again."""
+        self._timer.cancel()
+        self._transports.clear()
 
 
 CURRENT: contextvars.ContextVar[WriteGate | None] = contextvars.ContextVar(
@@ -56,15 +93,19 @@ class GatedTransport:
     def write(self, data: bytes | bytearray | memoryview) -> None:
         gate = CURRENT.get()
         if gate is not None:
-            gate.admit(len(data))
+            gate.admit(len(data), self._transport)
         self._transport.write(data)  # type: ignore[attr-defined]
 
     def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
         chunks = list(chunks)
         gate = CURRENT.get()
         if gate is not None:
-            gate.admit(sum(len(c) for c in chunks))
+            gate.admit(sum(len(c) for c in chunks), self._transport)
         self._transport.writelines(chunks)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """An abort: a provider connection is never closed gracefully."""
+        self._transport.abort()  # type: ignore[attr-defined]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)

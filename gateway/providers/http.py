@@ -20,7 +20,7 @@ import base64
 import hashlib
 import hmac
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 
 import aiohttp
@@ -36,7 +36,7 @@ from ..deadline import Deadline
 from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from ..ratelimit import retry_after_header
 from ..wire import FENCE_RESOURCE, FENCE_TOKEN, RETRY_AFTER, TRUNCATED, ProblemCode, header_text
-from . import gate, http_email, sigv4
+from . import gate, http_email, sigv4, sockets
 from .base import (
     Call,
     EmailCall,
@@ -103,12 +103,21 @@ def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> 
 
 
 class _GatedConnector(aiohttp.TCPConnector):
-    """Connections whose every write passes the attempt's gate (gate.py)."""
+    """Connections whose every write passes the attempt's gate (gate.py),
+    which reset rather than close (sockets.py)."""
+
+    #: the provider's timeout, the bound on unacknowledged data (sockets.py)
+    timeout_seconds = 30.0
 
     async def _create_connection(self, req: ClientRequest, traces: list[Trace],
                                  timeout: aiohttp.ClientTimeout) -> ResponseHandler:
         proto = await super()._create_connection(req, traces, timeout)
         if proto.transport is not None:
+            try:
+                sockets.prepare(proto.transport.get_extra_info("socket"), self.timeout_seconds)
+            except BaseException:
+                proto.abort()
+                raise
             proto.transport = gate.GatedTransport(proto.transport)  # type: ignore[assignment]
         return proto
 
@@ -121,6 +130,7 @@ class HttpProvider:
 
     async def start(self) -> None:
         connector = _GatedConnector(limit=256, keepalive_timeout=KEEPALIVE_SECONDS)
+        connector.timeout_seconds = self.config.timeout_seconds
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None),
             auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar(),
@@ -208,12 +218,16 @@ class HttpProvider:
                         judge: Callable[[aiohttp.ClientResponse, bytes], Outcome]) -> Outcome:
         """One request on the wire, every write through the attempt's gate."""
         assert self._session is not None, "provider not started"
+        data: bytes | AsyncIterator[bytes] | None = body or None
+        if len(body) > gate.CHUNK_BYTES:  # in pieces, each through the gate; not chunked
+            headers = {**headers, "Content-Length": str(len(body))}
+            data = gate.pieces(body)
         writes = gate.WriteGate(deadline)
         token = gate.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 async with self._session.request(
-                    method, url, data=body or None, headers=headers, allow_redirects=False,
+                    method, url, data=data, headers=headers, allow_redirects=False,
                 ) as resp:
                     answer = await read_limited(resp.content, self.max_body_bytes)
                     outcome = judge(resp, answer)
@@ -229,6 +243,7 @@ class HttpProvider:
                         "http cut at the deadline")
             return _failure(e)
         finally:
+            writes.end()
             gate.CURRENT.reset(token)
 
     def _paced(self, outcome: Outcome, headers: Mapping[str, str]) -> Outcome:

@@ -12,13 +12,14 @@ import contextlib
 import json
 import logging
 import re
+from typing import Any
 
 import aiosmtplib
 
 from ..config import SmtpProviderConfig
 from ..deadline import SEND_MARGIN_SECONDS, Deadline
 from ..idempotency import message_id
-from . import gate
+from . import gate, sockets
 from .base import EmailCall, Outcome, ProviderCall, problem_outcome, too_late
 from .mime import build_message
 
@@ -68,6 +69,26 @@ def _gate(conn: aiosmtplib.SMTP) -> None:
         protocol.transport = gate.GatedTransport(protocol.transport)  # type: ignore[assignment]
 
 
+class _Connection(aiosmtplib.SMTP):
+    """An SMTP connection that resets rather than closes (sockets.py): a
+    message cut by the deadline is dropped by both kernels, never finished
+    later from the send queue."""
+
+    async def connect(self, *args: Any, **kwargs: Any) -> aiosmtplib.SMTPResponse:
+        response = await super().connect(*args, **kwargs)
+        try:
+            sockets.prepare(self.get_transport_info("socket"), self.timeout or 60.0)
+        except BaseException:
+            self.close()
+            raise
+        return response
+
+    def close(self) -> None:
+        if isinstance(self.transport, asyncio.Transport):
+            self.transport.abort()
+        super().close()
+
+
 class SmtpProvider:
     def __init__(self, config: SmtpProviderConfig) -> None:
         self.config = config
@@ -86,7 +107,7 @@ class SmtpProvider:
 
     async def _connect(self) -> aiosmtplib.SMTP:
         c = self.config
-        conn = aiosmtplib.SMTP(
+        conn = _Connection(
             hostname=c.host, port=c.port, timeout=c.timeout_seconds,
             use_tls=c.tls == "tls", start_tls=True if c.tls == "starttls" else False,
             username=c.username, password=c.password, cert_bundle=c.ca_file,
@@ -124,6 +145,7 @@ class SmtpProvider:
                             f"the SMTP server did not answer in time at {step[0]}; nothing "
                             "was sent", f"smtp timeout at {step[0]}")
         finally:
+            writes.end()
             gate.CURRENT.reset(token)
             self._slots.release()
 

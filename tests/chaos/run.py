@@ -96,7 +96,11 @@ def markdown(r: Run) -> str:
         "and send: the gateway frozen (SIGSTOP) past an effect's whole deadline, and the SMTP "
         "server slowed until the gateway's two SMTP connections are saturated, each while a "
         "worker whose effect the gateway holds is frozen past its lease; latency and lost "
-        "answers (statements that committed) on the gateway's database link. The checker "
+        "answers (statements that committed) on the gateway's database link. Between the "
+        "gateway and the sinks, slow links: slowed to 48 kB/s, or not read at all (a provider "
+        "that stops reading), or slowed and the gateway SIGKILLed mid-send, while a tenth of "
+        "the HTTP effects carry 300 kB bodies: bytes still in the gateway's kernel when an "
+        "attempt ends must never arrive after its drain barrier. The checker "
         "reads every claim, attempt and delivery.",
         "",
         "| figure | value |",

@@ -21,10 +21,12 @@ from typing import Any
 import asyncpg
 
 from leases import LeaseClient, NewJob, Queue
-from tests.chaos.cluster import API_KEY, Cluster
+from tests.chaos.cluster import API_KEY, SLOW_LINK_RATE, Cluster
 from tests.chaos.worker import METHODS, SOAK_QUEUE, SOAK_TTL
 
 ZOMBIE_TTL = 0.4
+#: effects with a body a slow link takes seconds to carry (tests.chaos.worker)
+LARGE_FRACTION = 0.1
 
 
 class LaneWorker:
@@ -215,7 +217,11 @@ FAULTS = ["zombie", "kill_worker", "kill_gateway", "restart_postgres", "db_proxy
           # between admission and send: the gateway's own delays
           "pause_gateway", "saturate_smtp", "db_proxy_delay",
           # a statement that committed, its answer lost
-          "db_proxy_lose_replies"]
+          "db_proxy_lose_replies",
+          # bytes the gateway wrote, still in its kernel when the attempt ends
+          # (issue 21): a slow link, a provider that stops reading, a gateway
+          # killed mid-send
+          "slow_link", "stalled_provider", "kill_gateway_mid_send"]
 
 
 @dataclass
@@ -240,7 +246,7 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
     q = Queue(LeaseClient(pool=pool), SOAK_QUEUE)
     now = dt.datetime.now(dt.UTC)
     jobs = [NewJob({"kind": rng.choice(["smtp", "http"]), "method": rng.choice(METHODS),
-                    "chunked": rng.random() < 0.2},
+                    "chunked": rng.random() < 0.2, "large": rng.random() < LARGE_FRACTION},
                    run_at=now + dt.timedelta(seconds=rng.uniform(0, spread_seconds)),
                    max_attempts=1000)
             for _ in range(effects)]
@@ -342,6 +348,11 @@ async def strike(cluster: Cluster, kind: str, procs: list[Any], spawn: Any,
         cluster.fault("kill_worker", start, time.time())
     elif kind == "kill_gateway":
         stats.gateway_recovery_seconds.append(await cluster.kill_gateway())
+    elif kind == "kill_gateway_mid_send":
+        stats.gateway_recovery_seconds.append(
+            await cluster.kill_gateway_mid_send(rng.uniform(0.3, 0.9)))
+    elif kind in ("slow_link", "stalled_provider"):
+        await cluster.slow_links(SLOW_LINK_RATE if kind == "slow_link" else 0)
     elif kind in ("pause_gateway", "saturate_smtp"):
         # the gateway held up (frozen, or waiting for an SMTP connection) while
         # a worker whose effect it holds is frozen past its lease: the job is

@@ -42,11 +42,16 @@ def email_body(key: str) -> dict[str, Any]:
 METHODS = ("POST", "PUT", "PATCH", "DELETE", "GET")
 
 
-def http_body(key: str, method: str) -> bytes:
-    """The body of an HTTP effect: a few KB, so a cut one shows."""
+#: a large body: seconds on a slow link (cluster.SLOW_LINK_RATE)
+LARGE_BODY_BYTES = 300_000
+
+
+def http_body(key: str, method: str, large: bool = False) -> bytes:
+    """The body of an HTTP effect: a few KB, so a cut one shows (or a large
+    one, which a slow link cannot carry within the gateway's timeout)."""
     if method in ("GET", "DELETE"):
         return b""
-    return json.dumps({"k": key, "pad": "x" * 5000}).encode()
+    return json.dumps({"k": key, "pad": "x" * (LARGE_BODY_BYTES if large else 5000)}).encode()
 
 
 async def _pieces(body: bytes) -> AsyncIterator[bytes]:
@@ -56,7 +61,7 @@ async def _pieces(body: bytes) -> AsyncIterator[bytes]:
 
 
 async def send(gw: GatewayClient, lease: Any, kind: str, key: str, method: str = "POST",
-               chunked: bool = False) -> tuple[int, str, bool]:
+               chunked: bool = False, large: bool = False) -> tuple[int, str, bool]:
     """One effect attempt: (status, code, whether the answer came whole);
     status 0 when the gateway was not reached."""
     try:
@@ -64,7 +69,7 @@ async def send(gw: GatewayClient, lease: Any, kind: str, key: str, method: str =
             result = await gw.send_email(lease, key, **email_body(key))
             whole = True
         else:
-            body = http_body(key, method)
+            body = http_body(key, method, large)
             headers = {BODY_HASH_HEADER: hashlib.sha256(body).hexdigest(),
                        "Content-Type": "application/json"}
             data: Any = _pieces(body) if chunked and body else body or None
@@ -161,7 +166,8 @@ async def soak(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
             kind = job.payload["kind"]
             status, code, whole = await send(gw, job.lease, kind, effect_key,
                                              job.payload.get("method", "POST"),
-                                             job.payload.get("chunked", False))
+                                             job.payload.get("chunked", False),
+                                             job.payload.get("large", False))
             rec.record("attempt", owner=name, key=effect_key, kind=kind,
                        resource=job.resource, fence=job.fence, t0=t0, t1=time.time(),
                        status=status, code=code, job=job.id, whole=whole)

@@ -70,3 +70,17 @@ def test_the_window_covers_only_the_endpoints_a_preset_says_dedupe(
     assert resend.retry_window_for("GET", "emails") == 0
     generic = _provider(idempotency_window_seconds=60)  # no preset: every request
     assert generic.retry_window_for("DELETE", "anything/at/all") == 60
+
+
+def test_a_path_with_empty_segments_is_not_the_deduplicated_endpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``emails//`` or ``//emails`` reaches the provider as a path of its own,
+    which its deduplication does not cover: such a path gets no window, so an
+    unknown outcome there is never resent (issue 21). One slash at either end
+    is still the endpoint itself."""
+    monkeypatch.setenv("RESEND_API_KEY", "re_test")
+    resend = gconfig.parse({"providers": {"r": {"kind": "http", "preset": "resend"}}}
+                           ).providers["r"]
+    for path in ("emails//", "//emails", "emails//batch", "/emails/batch//", "emails/%2F"):
+        assert resend.retry_window_for("POST", path) == 0, path
+    assert resend.retry_window_for("POST", "/emails/") == 86400

@@ -1,0 +1,251 @@
+"""The drain barrier against the network stack (issue 21).
+
+No effect of fence F may reach a provider after fence F+1 was granted, and
+one key leads to at most one provider action. The barrier is a time; bytes a
+gateway wrote before its deadline used to stay in its kernel's send queue
+when the attempt ended without an answer (a graceful close), and TCP
+delivered them whenever the path allowed: seconds after the barrier opened.
+
+Each test puts a slow link (tests/support/slowlink.py) between the gateway
+and its provider, sends a body the link cannot carry within the attempt's
+budget, and checks what reached the provider once the link's connection has
+ended: an attempt that ends without a complete answer leaves nothing behind
+(its connection is reset, its queue discarded), so the provider never sees a
+complete fence-F request, before or after F+1. The link's rate is an upper
+bound: a busy machine only makes it slower, which changes nothing here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+import pytest
+
+from gateway.auth import key_sha256
+from gateway.dev.sinks import SmtpSink, WebhookSink
+from gateway.idempotency import message_id
+from leases import Lease, LeaseClient
+from tests.integration.conftest import Gw
+from tests.integration.test_cli import FENCEGATE, _free_port
+from tests.support.slowlink import SlowLink
+
+BODY_BYTES = 400_000
+RATE = 64_000  # bytes a second: the body needs over 6 s, the attempt has 2
+FAST = {"database_timeout_seconds": 1, "barrier_grace_seconds": 0.5,
+        "max_body_bytes": 1024 * 1024}
+
+
+@pytest.fixture
+async def http_link(webhook_sink: WebhookSink) -> AsyncIterator[SlowLink]:
+    link = await SlowLink(webhook_sink.port, rate=RATE, slow_connections=1).start()
+    yield link
+    await link.close()
+
+
+@pytest.fixture
+async def smtp_link(smtp_sink: SmtpSink) -> AsyncIterator[SlowLink]:
+    link = await SlowLink(smtp_sink.port, rate=RATE, slow_connections=1).start()
+    yield link
+    await link.close()
+
+
+def _slow_hook(link: SlowLink) -> dict[str, dict[str, object]]:
+    return {"slowhook": {"kind": "http", "base_url": f"http://127.0.0.1:{link.port}/hook",
+                         "timeout_seconds": 1, "rate_limit_per_second": 1000,
+                         "idempotency_header": ""}}
+
+
+async def _claim_after(b: LeaseClient, resource: str) -> None:
+    """Claim ``resource`` as soon as its drain barrier lets a claim win."""
+    while await b.claim(resource, ttl=30) is None:
+        await asyncio.sleep(0.02)
+
+
+def _fence_f(gw: Gw, lease: Lease) -> list[object]:
+    return [d for d in gw.hook.deliveries
+            if d.headers.get("Fence-Token") == str(lease.fence)
+            and d.headers.get("Fence-Resource") == lease.resource]
+
+
+async def test_a_timed_out_http_request_leaves_nothing_on_the_wire(
+    make_gw: Callable[..., Awaitable[Gw]], http_link: SlowLink,
+) -> None:
+    """Reproduction 1: a 400 kB request over a 64 kB/s link times out (504).
+    F+1 is granted once the barrier opens; the provider must not then
+    receive (and act on) the complete fence-F request."""
+    gw = await make_gw(providers=_slow_hook(http_link), **FAST)
+    lease = await gw.leases.claim("run:A", ttl=1)
+    assert lease is not None
+    status, _, body = await gw.post("/v1/http/slowhook/x", gw.headers(lease, "big-1"),
+                                    data=b"x" * BODY_BYTES)
+    assert status == 504 and body["code"] == "provider_timeout", body
+    await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+    [conn] = http_link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    assert _fence_f(gw, lease) == [], "fence F's request reached the provider after F+1"
+    assert conn.ending == "reset", "the connection was closed gracefully: its queue went on"
+    assert conn.forwarded < BODY_BYTES
+
+
+async def test_a_provider_that_stops_reading_gets_nothing_after_the_barrier(
+    make_gw: Callable[..., Awaitable[Gw]], http_link: SlowLink,
+) -> None:
+    """The provider stops reading its socket: the request waits in the
+    gateway's kernel, the attempt times out, F+1 is granted. When the
+    provider reads again, nothing of fence F's request may be left for it."""
+    http_link.set_rate(0)
+    gw = await make_gw(providers=_slow_hook(http_link), **FAST)
+    lease = await gw.leases.claim("run:A", ttl=1)
+    assert lease is not None
+    status, _, body = await gw.post("/v1/http/slowhook/x", gw.headers(lease, "stopped-1"),
+                                    data=b"x" * BODY_BYTES)
+    assert status == 504 and body["code"] == "provider_timeout", body
+    await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+    http_link.set_rate(None)  # the provider reads again, at full speed
+    [conn] = http_link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    assert _fence_f(gw, lease) == [], "fence F's request reached the provider after F+1"
+    assert conn.ending == "reset"
+
+
+async def test_a_resolve_cannot_free_a_key_whose_request_is_still_on_the_wire(
+    make_gw: Callable[..., Awaitable[Gw]], http_link: SlowLink,
+) -> None:
+    """Reproduction 4: the 400 kB request times out; an operator resolves it
+    `not_sent` as soon as the gateway lets them; the repeat of the key goes
+    out on a fresh connection and acts. The first request must not complete
+    and act a second time."""
+    gw = await make_gw(providers=_slow_hook(http_link), **FAST)
+    lease = await gw.leases.claim("run:A", ttl=60)
+    assert lease is not None
+    status, _, _ = await gw.post("/v1/http/slowhook/x", gw.headers(lease, "big-2"),
+                                 data=b"x" * BODY_BYTES)
+    assert status == 504
+    auth = {"Authorization": gw.headers()["Authorization"]}
+    while True:  # refused (409, Retry-After) while an attempt may be under way
+        status, _, body = await gw.post("/v1/effects/big-2/resolve", auth,
+                                        json={"outcome": "not_sent"})
+        if status == 200:
+            break
+        assert (status, body["code"]) == (409, "effect_in_progress"), body
+        await asyncio.sleep(0.1)
+    status, _, _ = await gw.post("/v1/http/slowhook/x", gw.headers(lease, "big-2"),
+                                 data=b"x" * BODY_BYTES)
+    assert status == 200  # the repeat, on a fresh connection at full speed
+    first = http_link.conns[0]
+    await first.ended.wait()
+    await first.settled.wait()
+    assert len(_fence_f(gw, lease)) == 1, "the key acted twice"
+
+
+async def test_an_smtp_message_cut_in_data_is_never_accepted_later(
+    make_gw: Callable[..., Awaitable[Gw]], smtp_link: SlowLink,
+) -> None:
+    """Reproduction 2: a message with a 300 kB attachment times out during
+    DATA over the slow link. After F+1 is granted, the SMTP server must not
+    accept fence F's message."""
+    gw = await make_gw(providers={"mail": {"port": smtp_link.port, "timeout_seconds": 1}},
+                       **FAST)
+    lease = await gw.leases.claim("run:A", ttl=1)
+    assert lease is not None
+    content = base64.b64encode(b"a" * 300_000).decode()
+    status, _, body = await gw.email(lease, "mail-1", body={"attachments": [
+        {"filename": "big.bin", "content": content, "content_type": "application/pdf"}]})
+    assert status in (504, 503), body
+    await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+    [conn] = smtp_link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    mine = [d for d in gw.smtp.deliveries
+            if d.header("Message-ID") == message_id("agents", "mail-1")]
+    assert mine == [], "fence F's message was accepted after F+1 was granted"
+    assert conn.ending == "reset"
+
+
+async def _serve(tmp_path: Path, dsn: str, link: SlowLink) -> tuple[subprocess.Popen[bytes],
+                                                                     str]:
+    """A gateway process (``fencegate serve``) whose provider is behind ``link``."""
+    port = _free_port()
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(f"""
+[server]
+port = {port}
+database_timeout_seconds = 1
+barrier_grace_seconds = 0.5
+max_body_bytes = {1024 * 1024}
+[database]
+url_env = "FG_TEST_DSN"
+[[clients]]
+name = "agents"
+key_sha256 = "{key_sha256('k')}"
+resources = ["run:*"]
+[providers.slowhook]
+kind = "http"
+base_url = "http://127.0.0.1:{link.port}/hook"
+timeout_seconds = 2
+rate_limit_per_second = 100000
+idempotency_header = ""
+""")
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg)],
+                                env={**os.environ, "FG_TEST_DSN": dsn},
+                                stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(400):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url + "/readyz") as r:
+                    if r.status == 200:
+                        return proc, url
+            await asyncio.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise AssertionError("the gateway never became ready")
+
+
+async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
+    dsn: str, pool: asyncpg.Pool, tmp_path: Path, http_link: SlowLink, webhook_sink: WebhookSink,
+) -> None:
+    """Reproduction 3: the gateway process is SIGKILLed while its 400 kB
+    request is on its way over the slow link. The kernel closes a dead
+    process's sockets: gracefully, it went on delivering the request, and the
+    provider acted on fence F after F+1 was granted. Reset, nothing more of
+    it arrives."""
+    proc, url = await _serve(tmp_path, dsn, http_link)
+    try:
+        lease = await LeaseClient(pool=pool, owner="worker-a").claim("run:A", ttl=1)
+        assert lease is not None
+        headers = {"Authorization": "Bearer k", "Fence-Resource": lease.resource,
+                   "Fence-Token": str(lease.fence), "Idempotency-Key": "killed-1"}
+        async with aiohttp.ClientSession() as http:
+            sending = asyncio.create_task(
+                http.post(url + "/v1/http/slowhook/x", headers=headers, data=b"x" * BODY_BYTES))
+            while not (http_link.conns and http_link.conns[0].forwarded > 0):
+                assert not sending.done(), "the request ended before it was under way"
+                await asyncio.sleep(0.01)
+            proc.kill()  # SIGKILL, mid-send
+            proc.wait()
+            with contextlib.suppress(aiohttp.ClientError):
+                (await sending).release()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    await _claim_after(LeaseClient(pool=pool, owner="worker-b"), "run:A")
+    [conn] = http_link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    late = [d for d in webhook_sink.deliveries if d.headers.get("Fence-Token") == str(lease.fence)]
+    assert late == [], "the dead gateway's request reached the provider after F+1"
+    assert conn.ending == "reset"
+    assert conn.forwarded < BODY_BYTES
