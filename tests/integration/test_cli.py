@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: both), and the queue gauges, one series per queue that has jobs
 FROM_WORKERS = {"fencegate_jobs_total", "fencegate_lease_renewals_total",
                 "fencegate_queue_jobs", "fencegate_queue_oldest_runnable_age_seconds"}
+#: per session: two test runs at once share the server
+MIGRATE_RACE_DB = f"fg_test_{os.getpid()}_migrate_race"
 
 
 def _used_by_rules_and_dashboard() -> set[str]:
@@ -82,9 +84,9 @@ async def test_a_newer_schema_is_used_if_additive_and_refused_if_breaking(dsn: s
 
 async def test_concurrent_migrations_apply_once(template_ready: str) -> None:
     admin = await asyncpg.connect(template_ready)
-    await admin.execute('DROP DATABASE IF EXISTS "fg_test_migrate_race"')
-    await admin.execute('CREATE DATABASE "fg_test_migrate_race"')
-    dsn = database.with_database(template_ready, "fg_test_migrate_race")
+    await admin.execute(f'DROP DATABASE IF EXISTS "{MIGRATE_RACE_DB}"')
+    await admin.execute(f'CREATE DATABASE "{MIGRATE_RACE_DB}"')
+    dsn = database.with_database(template_ready, MIGRATE_RACE_DB)
     try:
         results = await asyncio.gather(*(asyncio.to_thread(run, dsn, "migrate", "--json")
                                          for _ in range(4)))
@@ -93,7 +95,7 @@ async def test_concurrent_migrations_apply_once(template_ready: str) -> None:
         # one process applied every migration; the others waited and found none to do
         assert sorted(map(len, applied)) == [0, 0, 0, len(sql.migrations())]
     finally:
-        await admin.execute('DROP DATABASE IF EXISTS "fg_test_migrate_race" WITH (FORCE)')
+        await admin.execute(f'DROP DATABASE IF EXISTS "{MIGRATE_RACE_DB}" WITH (FORCE)')
         await admin.close()
 
 

@@ -3,6 +3,7 @@ runs exists: the SQL has one readable home that cannot drift."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import asyncpg
 from leases import database, sql
 
 ROOT = Path(__file__).resolve().parents[2]
+#: per session: two test runs at once share the server
+SCHEMA_SQL_DB = f"fg_test_{os.getpid()}_schema_sql"
 
 
 def _normalised(source: str) -> str:
@@ -56,12 +59,12 @@ async def describe(conn: asyncpg.Connection) -> dict[str, Any]:
 async def test_schema_sql_is_what_the_migrations_build(dsn: str, template_ready: str) -> None:
     admin = await asyncpg.connect(template_ready)
     try:
-        await admin.execute('DROP DATABASE IF EXISTS "fg_test_schema_sql"')
-        await admin.execute('CREATE DATABASE "fg_test_schema_sql"')
+        await admin.execute(f'DROP DATABASE IF EXISTS "{SCHEMA_SQL_DB}"')
+        await admin.execute(f'CREATE DATABASE "{SCHEMA_SQL_DB}"')
     finally:
         await admin.close()
     migrated = await asyncpg.connect(dsn)
-    written = await asyncpg.connect(database.with_database(template_ready, "fg_test_schema_sql"))
+    written = await asyncpg.connect(database.with_database(template_ready, SCHEMA_SQL_DB))
     try:
         await written.execute((ROOT / "leases" / "sql" / "schema.sql").read_text())
         built, said = await describe(migrated), await describe(written)
