@@ -3,6 +3,13 @@
 Several processes may start at once; a session-level advisory lock makes the
 second wait for the first and then find nothing to do.
 
+The first release's schema is the baseline (``0001_baseline.sql``); every
+later migration is one step from it. A migration that has left the
+repository is never edited: each one's checksum is kept beside it, and a
+database whose applied migrations differ from this code's files (an edited
+migration, or a pre-release database made before the baseline) is refused
+with what to do, rather than migrated into something nobody wrote.
+
 Rolling upgrades: a migration is additive unless its file says otherwise
 (a line ``-- fencegate: breaks older code``): it adds tables, columns and
 functions, and keeps what older code calls. So a fencegate keeps working on a
@@ -14,6 +21,7 @@ migration has passed is refused by every older fencegate, at start and in
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -32,8 +40,50 @@ CREATE TABLE IF NOT EXISTS fencegate_migrations (
 );
 ALTER TABLE fencegate_migrations ADD COLUMN IF NOT EXISTS breaking boolean NOT NULL
     DEFAULT false;
+ALTER TABLE fencegate_migrations ADD COLUMN IF NOT EXISTS checksum text;
 """
 _BREAKING = re.compile(r"^-- fencegate: breaks older code\s*$", re.MULTILINE)
+
+
+def checksum(text: str) -> str:
+    """A migration's checksum: sha256 of its text."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def mismatches(applied: list[tuple[int, str, str | None]],
+               known: list[tuple[int, str, str]]) -> str | None:
+    """Why the migrations a database applied (``(version, name, checksum)``)
+    are not this code's files (``(version, name, sql)``); None when each
+    applied one this code knows is the same file. Pure."""
+    files = {v: (n, checksum(t)) for v, n, t in known}
+    for version, name, digest in applied:
+        if version not in files:
+            continue  # newer than this code: usable() decides
+        if digest is None or files[version][0] != name:
+            return (f"the database's schema was made by a pre-release fencegate (its "
+                    f"migration {version} is {name!r}, before the baseline): it cannot be "
+                    "upgraded in place. An embedded dev database holds only local data: "
+                    "delete its folder (.fencegate/pgdata) and run again; otherwise dump the "
+                    "data you need and migrate an empty database")
+        if digest != files[version][1]:
+            return (f"migration {version} ({name}) differs from the one this database "
+                    "applied: a migration is never edited once it has left the repository "
+                    "(add a new one instead)")
+    return None
+
+
+async def check_applied(conn: asyncpg.Connection) -> None:
+    """``SchemaError`` when the database applied migrations this code's files
+    do not match (``mismatches``)."""
+    has_checksum = await conn.fetchval(
+        "SELECT count(*) > 0 FROM information_schema.columns "
+        "WHERE table_name = 'fencegate_migrations' AND column_name = 'checksum'")
+    rows = await conn.fetch(
+        "SELECT version, name, " + ("checksum" if has_checksum else "NULL::text")
+        + " FROM fencegate_migrations ORDER BY version")
+    why = mismatches([(r[0], r[1], r[2]) for r in rows], sql.migrations())
+    if why is not None:
+        raise SchemaError(why)
 
 
 def latest_version() -> int:
@@ -47,11 +97,6 @@ class SchemaState:
 
     version: int  #: the newest migration applied (0: none)
     breaking: int  #: the newest breaking one (0: none)
-
-
-async def applied_version(conn: asyncpg.Connection) -> int:
-    """The database's schema version, 0 when never migrated."""
-    return (await schema_state(conn)).version
 
 
 async def schema_state(conn: asyncpg.Connection) -> SchemaState:
@@ -98,11 +143,13 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
     # needs no lock: no migrator makes it go down.
     state = await schema_state(conn)
     if state.version >= latest_version():
+        await check_applied(conn)
         check_version(state)
         return []
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
         await conn.execute(_CREATE_TABLE)
+        await check_applied(conn)
         state = await schema_state(conn)
         if state.version > latest_version():
             check_version(state)  # newer, but compatible: nothing to do
@@ -114,8 +161,9 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
             async with conn.transaction():
                 await conn.execute(text)
                 await conn.execute(
-                    "INSERT INTO fencegate_migrations (version, name, breaking) "
-                    "VALUES ($1, $2, $3)", version, name, bool(_BREAKING.search(text)),
+                    "INSERT INTO fencegate_migrations (version, name, breaking, checksum) "
+                    "VALUES ($1, $2, $3, $4)", version, name, bool(_BREAKING.search(text)),
+                    checksum(text),
                 )
             applied.append(version)
         return applied

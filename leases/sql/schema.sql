@@ -1,8 +1,11 @@
 -- The whole schema as it stands after the last migration, in one readable
--- place: migrations/ builds it step by step, this file says what it is. A
--- test (tests/integration/test_schema.py) applies both to empty databases and
+-- place: migrations/ builds it (0001_baseline is the first release's schema,
+-- each later file one step), this file says what it is. A test
+-- (tests/integration/test_schema.py) applies both to empty databases and
 -- checks they describe the same tables, columns, constraints, indexes,
--- functions and triggers: change a migration, change this file.
+-- functions and triggers: add a migration, change this file. A migration
+-- that has left the repository is never edited: each one's checksum is kept
+-- in fencegate_migrations, and an edited one is refused.
 --
 -- Where is a fence checked? fencegate_admit_effect. Where is one issued?
 -- fencegate_claim_lease (both the lease API's claims and the queue's).
@@ -222,7 +225,7 @@ CREATE TABLE fencegate_effects (
     response_body    bytea,
     summary          text,
     -- the nonce of the current attempt while it is counted in its lease row's
-    -- inflight (added by 0004; NULL once its end is recorded)
+    -- inflight (NULL once its end is recorded)
     attempt          bigint,
     UNIQUE (client, idempotency_key),
     CONSTRAINT finished_has_response
@@ -436,7 +439,7 @@ BEGIN
 END
 $$;
 
--- The extension of an attempt (added by 0006) whose outcome is unknown, so that it may be
+-- The extension of an attempt whose outcome is unknown, so that it may be
 -- sent again, with the same provider key, inside the provider's window
 -- (gateway/resend.py). Answers:
 --   extended        the attempt's deadline, and its lease's drain barrier,
@@ -560,8 +563,7 @@ BEGIN
 END
 $$;
 
--- Effects whose outcome is unknown: what an operator must resolve (added by
--- 0005). Partial, so it holds only those; `state` is already in the other
+-- Effects whose outcome is unknown: what an operator must resolve. Partial, so it holds only those; `state` is already in the other
 -- partial indexes' predicates, so this costs no HOT update on the effect path.
 CREATE INDEX fencegate_effects_unknown ON fencegate_effects (updated_at)
     WHERE state = 'unknown';
@@ -651,157 +653,3 @@ CREATE TRIGGER fencegate_jobs_notify
     AFTER INSERT ON fencegate_jobs
     REFERENCING NEW TABLE AS new_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION fencegate_jobs_notify();
-
--- ---- kept for gateways older than schema version 4 -----------------------------
--- During a rolling upgrade, gateways of the previous version still call these
--- (docs/operations.md). Nothing of this version does; a later, breaking
--- migration drops them.
-
--- Admission of one effect, in one round trip: the fence verdict (by the
--- database clock, under the lease row's lock, so no claim can slip between the
--- check and the reservation) and the reservation of the idempotency key.
---
--- verdicts: admitted | stale_fence | lease_expired | no_lease | invalid_fence
---           | key_reused | replay | in_progress | outcome_unknown
-CREATE FUNCTION fencegate_admit_effect(
-    p_client text, p_key text, p_fingerprint bytea, p_resource text,
-    p_fence bigint, p_provider text, p_deadline_seconds double precision,
-    p_retry_window_seconds double precision
-) RETURNS TABLE (
-    verdict text, current_fence bigint, effect_id bigint, retry_after double precision,
-    response_status integer, response_headers jsonb, response_body bytea
-)
-LANGUAGE plpgsql AS $$
-DECLARE
-    l   fencegate_leases%ROWTYPE;
-    e   fencegate_effects%ROWTYPE;
-    now_ timestamptz;
-    deadline_ timestamptz;
-BEGIN
-    -- The lock serialises this admission with claims of the same resource.
-    SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT 'no_lease', NULL::bigint, NULL::bigint, NULL::float8,
-                            NULL::int, NULL::jsonb, NULL::bytea;
-        RETURN;
-    END IF;
-    now_ := clock_timestamp();  -- read after the lock was granted
-    IF p_fence < l.fence THEN
-        RETURN QUERY SELECT 'stale_fence', l.fence, NULL::bigint, NULL::float8,
-                            NULL::int, NULL::jsonb, NULL::bytea;
-        RETURN;
-    ELSIF p_fence > l.fence THEN
-        RETURN QUERY SELECT 'invalid_fence', l.fence, NULL::bigint, NULL::float8,
-                            NULL::int, NULL::jsonb, NULL::bytea;
-        RETURN;
-    ELSIF l.expires_at <= now_ THEN
-        RETURN QUERY SELECT 'lease_expired', l.fence, NULL::bigint, NULL::float8,
-                            NULL::int, NULL::jsonb, NULL::bytea;
-        RETURN;
-    END IF;
-
-    deadline_ := now_ + make_interval(secs => p_deadline_seconds);
-    LOOP
-        INSERT INTO fencegate_effects AS fx (client, idempotency_key, fingerprint, resource,
-                                             fence, provider, state, deadline, retry_until,
-                                             created_at, updated_at)
-        VALUES (p_client, p_key, p_fingerprint, p_resource, p_fence, p_provider,
-                'in_flight', deadline_,
-                CASE WHEN p_retry_window_seconds > 0
-                     THEN now_ + make_interval(secs => p_retry_window_seconds) END,
-                now_, now_)
-        ON CONFLICT (client, idempotency_key) DO NOTHING
-        RETURNING * INTO e;
-        IF FOUND THEN
-            EXIT;
-        END IF;
-        SELECT * INTO e FROM fencegate_effects
-         WHERE client = p_client AND idempotency_key = p_key FOR UPDATE;
-        IF NOT FOUND THEN
-            CONTINUE;  -- freed between our insert and our look: try again
-        END IF;
-        IF e.fingerprint <> p_fingerprint THEN
-            RETURN QUERY SELECT 'key_reused', l.fence, e.id, NULL::float8,
-                                NULL::int, NULL::jsonb, NULL::bytea;
-            RETURN;
-        ELSIF e.state IN ('succeeded', 'failed') THEN
-            RETURN QUERY SELECT 'replay', l.fence, e.id, NULL::float8,
-                                e.response_status, e.response_headers, e.response_body;
-            RETURN;
-        ELSIF e.state = 'in_flight' AND e.deadline > now_ THEN
-            RETURN QUERY SELECT 'in_progress', l.fence, e.id,
-                                extract(epoch FROM e.deadline - now_)::float8,
-                                NULL::int, NULL::jsonb, NULL::bytea;
-            RETURN;
-        END IF;
-        -- unknown, or in flight past its deadline (the gateway that sent it died)
-        IF e.retry_until IS NULL OR e.retry_until <= now_ THEN
-            UPDATE fencegate_effects SET state = 'unknown', updated_at = now_
-             WHERE id = e.id AND state = 'in_flight';
-            RETURN QUERY SELECT 'outcome_unknown', l.fence, e.id, NULL::float8,
-                                NULL::int, NULL::jsonb, NULL::bytea;
-            RETURN;
-        END IF;
-        -- The provider still dedupes on our key: sending again is safe.
-        UPDATE fencegate_effects
-           SET state = 'in_flight', resource = p_resource, fence = p_fence,
-               attempts = attempts + 1, deadline = deadline_, updated_at = now_
-         WHERE id = e.id
-        RETURNING * INTO e;
-        EXIT;
-    END LOOP;
-
-    UPDATE fencegate_leases
-       SET inflight = inflight + 1, drain_until = greatest(drain_until, deadline_)
-     WHERE resource = p_resource;
-    RETURN QUERY SELECT 'admitted', l.fence, e.id, NULL::float8,
-                        NULL::int, NULL::jsonb, NULL::bytea;
-END
-$$;
-
--- The end of one admitted attempt. p_state 'free' deletes the record (the
--- provider certainly did not act, so the key may be used again). The lease row
--- is locked first, in the same order as admission, so the two cannot deadlock.
-CREATE FUNCTION fencegate_finish_effect(
-    p_effect_id bigint, p_resource text, p_fence bigint, p_state text,
-    p_status integer, p_headers jsonb, p_body bytea, p_summary text
-) RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    n integer;
-BEGIN
-    -- This commit need not wait for the WAL flush: if a crash loses it, the
-    -- effect reads as in flight, then unknown, and is never sent again. (The
-    -- admission's commit, which makes a send possible, does wait.)
-    PERFORM set_config('synchronous_commit', 'off', true);
-    -- An attempt whose outcome is unknown may still be landing (bytes already
-    -- on their way when the gateway gave up): it keeps holding the drain
-    -- barrier until its deadline. Every other ending releases it now.
-    IF p_state <> 'unknown' THEN
-        UPDATE fencegate_leases SET inflight = inflight - 1
-         WHERE resource = p_resource AND fence = p_fence AND inflight > 0;
-    END IF;
-    IF p_state = 'free' THEN
-        DELETE FROM fencegate_effects
-         WHERE id = p_effect_id AND state = 'in_flight' AND fence = p_fence AND attempts = 1;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n = 1 THEN
-            RETURN true;
-        END IF;
-        -- a resend after an unanswered attempt: that first attempt may have
-        -- landed, so the key is not free; it stays unknown (resendable while
-        -- the provider still dedupes)
-        UPDATE fencegate_effects SET state = 'unknown', updated_at = clock_timestamp()
-         WHERE id = p_effect_id AND state = 'in_flight' AND fence = p_fence;
-    ELSE
-        UPDATE fencegate_effects
-           SET state = p_state, response_status = p_status, response_headers = p_headers,
-               response_body = p_body, summary = p_summary, updated_at = clock_timestamp()
-         -- an attempt that outlived its deadline was marked unknown meanwhile;
-         -- what it learnt late is still better than not knowing
-         WHERE id = p_effect_id AND state IN ('in_flight', 'unknown') AND fence = p_fence;
-    END IF;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n = 1;
-END
-$$;

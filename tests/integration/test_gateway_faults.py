@@ -63,7 +63,7 @@ async def test_a_gateway_that_died_mid_send_holds_the_resource_only_until_the_de
     assert lease is not None
     verdict = await pool.fetchval(
         "SELECT verdict FROM fencegate_admit_effect('agents', 'k', '\\x00'::bytea, 'run:1', "
-        "$1, 'hook', 1.0, 0)", lease.fence)
+        "$1, 'hook', 1, 1.0, 0, 0)", lease.fence)
     assert verdict == "admitted"
     started = time.monotonic()
     await asyncio.sleep(0.2)

@@ -89,7 +89,8 @@ async def test_a_stale_complete_after_takeover_changes_nothing(pool: asyncpg.Poo
     assert row["state"] == "claimed" and row["claimed_by"] == "w2"
     # the old holder's fence is refused at the gateway's admission
     verdict = await pool.fetchval(
-        "SELECT verdict FROM fencegate_admit_effect('c', 'k', '\\x00'::bytea, $1, $2, 'p', 5, 0)",
+        "SELECT verdict FROM fencegate_admit_effect('c', 'k', '\\x00'::bytea, $1, $2, 'p', "
+        "1, 5, 0, 0)",
         old.resource, old.fence)
     assert verdict == "stale_fence"
     assert await q2.complete(new) is True

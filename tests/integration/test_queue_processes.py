@@ -115,7 +115,8 @@ async def test_a_killed_worker_s_job_is_claimed_again_with_a_higher_fence(
     [row] = await q.list()
     assert row["state"] == "completed" and row["attempts"] == 2
     verdict = await pool.fetchval(
-        "SELECT verdict FROM fencegate_admit_effect('c', 'k', '\\x00'::bytea, $1, $2, 'p', 5, 0)",
+        "SELECT verdict FROM fencegate_admit_effect('c', 'k', '\\x00'::bytea, $1, $2, 'p', "
+        "1, 5, 0, 0)",
         f"job:crashy:{job_id}", started["fence"])
     assert verdict == "stale_fence"
 

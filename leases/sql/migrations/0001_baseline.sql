@@ -1,0 +1,652 @@
+-- The baseline: the schema of fencegate's first release, whole. Every later
+-- migration is one step from here. Like every migration once it has left the
+-- repository, this file is never edited (its checksum is kept in
+-- fencegate_migrations, and a database refuses a migration that changed);
+-- leases/sql/schema.sql is where the current schema is read.
+--
+-- Where is a fence checked? fencegate_admit_effect. Where is one issued?
+-- fencegate_claim_lease (both the lease API's claims and the queue's).
+
+-- ---- leases -------------------------------------------------------------------
+
+-- The next fence for a resource: one more than the last, and never less than
+-- the database clock in microseconds since the epoch. The clock floor is what
+-- keeps fences rising after a restore of this cluster from its own history
+-- (a restored row holds an old fence, but time has moved on).
+CREATE FUNCTION fencegate_next_fence(previous bigint) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT greatest(
+        previous + 1,
+        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+    )
+$$;
+
+CREATE TABLE fencegate_leases (
+    resource    text        PRIMARY KEY
+                CHECK (resource ~ '^[A-Za-z0-9._:/@-]{1,200}$'),
+    owner       text        NOT NULL CHECK (length(owner) BETWEEN 1 AND 200),
+    fence       bigint      NOT NULL CHECK (fence > 0),
+    claimed_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    -- Drain barrier (contract rule 5): effects admitted under `fence` and not
+    -- yet finished, and the latest deadline among them. A claim waits while
+    -- inflight > 0, but never past drain_until (a gateway that died mid-send
+    -- cannot block the resource forever).
+    inflight    integer     NOT NULL DEFAULT 0 CHECK (inflight >= 0),
+    drain_until timestamptz,
+    CONSTRAINT drain_until_set_when_inflight
+        CHECK (inflight = 0 OR drain_until IS NOT NULL)
+);
+
+-- The lease upsert, in one place: a claim of a resource (claim_lease) and of
+-- a job's lease (claim_jobs). It wins when the resource has no live lease, or
+-- (p_same_owner) its live lease is the caller's, and no effect of the
+-- previous fence is still in flight (the drain barrier). The new fence is one
+-- more than the last, and never below the database clock in microseconds.
+-- ROWS 1: what it returns, for the planner (a job claim joins it to the jobs
+-- by primary key rather than scanning them all).
+CREATE FUNCTION fencegate_claim_lease(
+    p_resource text, p_owner text, p_ttl double precision, p_same_owner boolean
+) RETURNS SETOF fencegate_leases
+LANGUAGE sql VOLATILE ROWS 1 AS $$
+    INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
+    VALUES (p_resource, p_owner, fencegate_next_fence(0), clock_timestamp(),
+            clock_timestamp() + make_interval(secs => p_ttl))
+    ON CONFLICT (resource) DO UPDATE
+       SET owner = excluded.owner,
+           fence = fencegate_next_fence(l.fence),
+           claimed_at = clock_timestamp(),
+           expires_at = clock_timestamp() + make_interval(secs => p_ttl),
+           inflight = 0,
+           drain_until = NULL
+     WHERE (l.expires_at <= clock_timestamp() OR (p_same_owner AND l.owner = excluded.owner))
+       AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
+    RETURNING *
+$$;
+
+-- Claims abandoned for good: a claim of the lease API under an owner made up
+-- for it, whose answer never came, is abandoned by the client (nobody knows
+-- its fence). Its statement may still be on its way and land after the
+-- abandon, so the owner is remembered here, and a claim of the lease API
+-- under a remembered owner is refused as it lands. Kept a day (each abandon
+-- purges older ones). The queue's claims do not look: a worker's owner is
+-- never abandoned.
+CREATE TABLE fencegate_abandoned_owners (
+    owner      text        PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- fencegate_claim_lease, refused if its owner was abandoned. A claim and the
+-- abandon of its owner take the same transaction-level advisory lock of the
+-- resource first, so one waits for the other: a claim that comes second
+-- sees the owner recorded (each statement of a plpgsql function takes a new
+-- snapshot), an abandon that comes second sees the lease the claim made.
+CREATE FUNCTION fencegate_claim_lease_unless_abandoned(
+    p_resource text, p_owner text, p_ttl double precision, p_same_owner boolean
+) RETURNS SETOF fencegate_leases
+LANGUAGE plpgsql VOLATILE ROWS 1 AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_resource, 0));
+    IF EXISTS (SELECT 1 FROM fencegate_abandoned_owners WHERE owner = p_owner) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM fencegate_claim_lease(p_resource, p_owner, p_ttl, p_same_owner);
+END
+$$;
+
+-- Renewal and release, one definition each (the single statements and the
+-- batches below call them).
+-- p_margin: the holder's safety margin. A renewal that arrives within it of
+-- the expiry comes too late for a holder that gives up that long before the
+-- expiry (the lease client does): it has already let go, so the renewal is
+-- refused rather than keep a lease nobody holds. (0 over HTTP: the expiry.)
+CREATE FUNCTION fencegate_renew_lease(
+    p_resource text, p_owner text, p_fence bigint, p_ttl double precision,
+    p_margin double precision
+) RETURNS SETOF fencegate_leases
+LANGUAGE sql VOLATILE AS $$
+    UPDATE fencegate_leases
+       SET expires_at = clock_timestamp() + make_interval(secs => p_ttl)
+     WHERE resource = p_resource AND owner = p_owner AND fence = p_fence
+       AND expires_at - make_interval(secs => p_margin) > clock_timestamp()
+    RETURNING *
+$$;
+
+-- Ends the lease at once; the fence stays, so the next claim issues a higher one.
+CREATE FUNCTION fencegate_release_lease(p_resource text, p_owner text, p_fence bigint)
+RETURNS SETOF fencegate_leases
+LANGUAGE sql VOLATILE AS $$
+    UPDATE fencegate_leases
+       SET expires_at = clock_timestamp()
+     WHERE resource = p_resource AND owner = p_owner AND fence = p_fence
+       AND expires_at > clock_timestamp()
+    RETURNING *
+$$;
+
+-- Batches: what one process asked for in the same turn of its event loop, in
+-- one statement and one commit (group commit). Each answers one row per
+-- entry that won, by its position (ord, from 1). Lease rows are locked in
+-- the order of their resource, so two batches cannot deadlock.
+CREATE FUNCTION fencegate_claim_leases(
+    p_resource text[], p_owner text[], p_ttl double precision[], p_same_owner boolean
+) RETURNS TABLE (ord integer, resource text, owner text, fence bigint,
+                 expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        RETURN QUERY SELECT i, c.resource, c.owner, c.fence, c.expires_at
+                       FROM fencegate_claim_lease_unless_abandoned(
+                                p_resource[i], p_owner[i], p_ttl[i], p_same_owner) AS c;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION fencegate_renew_leases(
+    p_resource text[], p_owner text[], p_fence bigint[], p_ttl double precision[],
+    p_margin double precision[]
+) RETURNS TABLE (ord integer, expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        RETURN QUERY SELECT i, r.expires_at
+                       FROM fencegate_renew_lease(p_resource[i], p_owner[i], p_fence[i],
+                                                  p_ttl[i], p_margin[i]) AS r;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION fencegate_release_leases(
+    p_resource text[], p_owner text[], p_fence bigint[]
+) RETURNS TABLE (ord integer, fence bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        RETURN QUERY SELECT i, r.fence
+                       FROM fencegate_release_lease(p_resource[i], p_owner[i],
+                                                    p_fence[i]) AS r;
+    END LOOP;
+END
+$$;
+
+-- Abandon the claim of p_owner on p_resource: remember the owner, and end its
+-- lease if it holds one; the fence it ended, or NULL. A resource without a
+-- lease row is left without one (it was never granted).
+CREATE FUNCTION fencegate_abandon_claim(p_resource text, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    ended bigint;
+BEGIN
+    DELETE FROM fencegate_abandoned_owners
+     WHERE created_at < clock_timestamp() - interval '1 day';
+    INSERT INTO fencegate_abandoned_owners (owner) VALUES (p_owner) ON CONFLICT DO NOTHING;
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_resource, 0));
+    UPDATE fencegate_leases
+       SET expires_at = clock_timestamp()
+     WHERE resource = p_resource AND owner = p_owner AND expires_at > clock_timestamp()
+    RETURNING fence INTO ended;
+    RETURN ended;
+END
+$$;
+
+-- ---- effects: the gateway's ledger ---------------------------------------------
+
+CREATE TABLE fencegate_effects (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    client           text        NOT NULL,
+    idempotency_key  text        NOT NULL,
+    fingerprint      bytea       NOT NULL,
+    resource         text        NOT NULL,
+    fence            bigint      NOT NULL,
+    provider         text        NOT NULL,
+    state            text        NOT NULL
+                     CHECK (state IN ('in_flight', 'succeeded', 'failed', 'unknown')),
+    attempts         integer     NOT NULL DEFAULT 1,
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    deadline         timestamptz NOT NULL,
+    -- while set and in the future, the provider dedupes on our key, so an
+    -- `unknown` effect may be sent again
+    retry_until      timestamptz,
+    response_status  integer,
+    response_headers jsonb,
+    response_body    bytea,
+    summary          text,
+    -- the nonce of the current attempt while it is counted in its lease row's
+    -- inflight (NULL once its end is recorded)
+    attempt          bigint,
+    UNIQUE (client, idempotency_key),
+    CONSTRAINT finished_has_response
+        CHECK (state NOT IN ('succeeded', 'failed') OR response_status IS NOT NULL)
+);
+
+CREATE INDEX fencegate_effects_purge ON fencegate_effects (updated_at)
+    WHERE state IN ('succeeded', 'failed');
+CREATE INDEX fencegate_effects_open ON fencegate_effects (deadline)
+    WHERE state = 'in_flight';
+
+-- Attempts the gateway gave up on before it learnt whether their admission
+-- committed (its answer was lost): freed by nonce, and remembered here so an
+-- admission whose packets arrive even later is refused rather than left in
+-- flight for nobody. Kept a day (the gateway's purge), far past any delay a
+-- statement survives in a connection.
+CREATE TABLE fencegate_abandoned_attempts (
+    attempt    bigint      PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- verdicts: admitted | replay | the problem code of every refusal
+--           (stale_fence, lease_expired, no_lease, invalid_fence,
+--            idempotency_key_reused, effect_in_progress, effect_outcome_unknown)
+--           | abandoned (the gateway gave this attempt up: nobody will send it)
+--
+-- p_deadline_seconds: how long, from now by this database's clock, an
+-- attempt may still reach the provider. The gateway derives it from its own
+-- local deadline (taken before this call was sent) plus a grace, so this
+-- barrier always outlasts the gateway's.
+-- p_retry_window_seconds: the provider dedupes our key this long after it
+-- first sees it (0: it dedupes nothing). A resend is admitted only while the
+-- whole attempt, deadline and p_resend_margin_seconds included, still ends
+-- inside the window counted from the first admission.
+CREATE FUNCTION fencegate_admit_effect(
+    p_client text, p_key text, p_fingerprint bytea, p_resource text,
+    p_fence bigint, p_provider text, p_attempt bigint,
+    p_deadline_seconds double precision, p_retry_window_seconds double precision,
+    p_resend_margin_seconds double precision
+) RETURNS TABLE (
+    verdict text, current_fence bigint, effect_id bigint, retry_after double precision,
+    response_status integer, response_headers jsonb, response_body bytea
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    l   fencegate_leases%ROWTYPE;
+    e   fencegate_effects%ROWTYPE;
+    now_ timestamptz;
+    deadline_ timestamptz;
+BEGIN
+    -- The lock serialises this admission with claims of the same resource,
+    -- and with the free of an abandoned attempt (which takes it too).
+    SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'no_lease', NULL::bigint, NULL::bigint, NULL::float8,
+                            NULL::int, NULL::jsonb, NULL::bytea;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM fencegate_abandoned_attempts WHERE attempt = p_attempt) THEN
+        RETURN QUERY SELECT 'abandoned', NULL::bigint, NULL::bigint, NULL::float8,
+                            NULL::int, NULL::jsonb, NULL::bytea;
+        RETURN;
+    END IF;
+    now_ := clock_timestamp();  -- read after the lock was granted
+    IF p_fence < l.fence THEN
+        RETURN QUERY SELECT 'stale_fence', l.fence, NULL::bigint, NULL::float8,
+                            NULL::int, NULL::jsonb, NULL::bytea;
+        RETURN;
+    ELSIF p_fence > l.fence THEN
+        RETURN QUERY SELECT 'invalid_fence', l.fence, NULL::bigint, NULL::float8,
+                            NULL::int, NULL::jsonb, NULL::bytea;
+        RETURN;
+    ELSIF l.expires_at <= now_ THEN
+        RETURN QUERY SELECT 'lease_expired', l.fence, NULL::bigint, NULL::float8,
+                            NULL::int, NULL::jsonb, NULL::bytea;
+        RETURN;
+    END IF;
+
+    deadline_ := now_ + make_interval(secs => p_deadline_seconds);
+    LOOP
+        INSERT INTO fencegate_effects AS fx (client, idempotency_key, fingerprint, resource,
+                                             fence, provider, state, deadline, retry_until,
+                                             attempt, created_at, updated_at)
+        VALUES (p_client, p_key, p_fingerprint, p_resource, p_fence, p_provider,
+                'in_flight', deadline_,
+                CASE WHEN p_retry_window_seconds > 0
+                     THEN now_ + make_interval(secs => p_retry_window_seconds) END,
+                p_attempt, now_, now_)
+        ON CONFLICT (client, idempotency_key) DO NOTHING
+        RETURNING * INTO e;
+        IF FOUND THEN
+            EXIT;
+        END IF;
+        SELECT * INTO e FROM fencegate_effects
+         WHERE client = p_client AND idempotency_key = p_key FOR UPDATE;
+        IF NOT FOUND THEN
+            CONTINUE;  -- freed between our insert and our look: try again
+        END IF;
+        -- a key belongs to the resource it was first admitted under: the
+        -- fingerprint does not cover the resource, so it is compared here
+        IF e.fingerprint <> p_fingerprint OR e.resource <> p_resource THEN
+            RETURN QUERY SELECT 'idempotency_key_reused', l.fence, e.id, NULL::float8,
+                                NULL::int, NULL::jsonb, NULL::bytea;
+            RETURN;
+        ELSIF e.state IN ('succeeded', 'failed') THEN
+            RETURN QUERY SELECT 'replay', l.fence, e.id, NULL::float8,
+                                e.response_status, e.response_headers, e.response_body;
+            RETURN;
+        ELSIF e.state = 'in_flight' AND e.deadline > now_ THEN
+            RETURN QUERY SELECT 'effect_in_progress', l.fence, e.id,
+                                extract(epoch FROM e.deadline - now_)::float8,
+                                NULL::int, NULL::jsonb, NULL::bytea;
+            RETURN;
+        END IF;
+        -- unknown, or in flight past its deadline (the gateway that sent it died).
+        -- Sending again is safe only if the provider will still dedupe our key
+        -- when this whole attempt could land.
+        IF e.retry_until IS NULL
+           OR deadline_ + make_interval(secs => p_resend_margin_seconds) > e.retry_until THEN
+            UPDATE fencegate_effects SET state = 'unknown', updated_at = now_
+             WHERE id = e.id AND state = 'in_flight';
+            RETURN QUERY SELECT 'effect_outcome_unknown', l.fence, e.id, NULL::float8,
+                                NULL::int, NULL::jsonb, NULL::bytea;
+            RETURN;
+        END IF;
+        UPDATE fencegate_effects
+           SET state = 'in_flight', resource = p_resource, fence = p_fence,
+               attempts = attempts + 1, attempt = p_attempt, deadline = deadline_,
+               updated_at = now_
+         WHERE id = e.id
+        RETURNING * INTO e;
+        EXIT;
+    END LOOP;
+
+    UPDATE fencegate_leases
+       SET inflight = inflight + 1, drain_until = greatest(drain_until, deadline_)
+     WHERE resource = p_resource;
+    RETURN QUERY SELECT 'admitted', l.fence, e.id, NULL::float8,
+                        NULL::int, NULL::jsonb, NULL::bytea;
+END
+$$;
+
+-- The end of one attempt, found by its nonce. Answers what it did:
+--   recorded  the outcome is stored (succeeded or failed)
+--   freed     the provider certainly did not act: the key is free again
+--   unknown   the outcome is unknown (or a resend was not made: the first
+--             attempt may have landed, so the key is not free)
+--   gone      nothing matched: already ended (a retry of this call), or
+--             replaced by a later attempt, or (for a free) never admitted:
+--             then the nonce is remembered as abandoned, so an admission
+--             arriving later still is refused
+-- Only a definite end releases the attempt's place in the drain barrier; an
+-- unknown one may still be landing and holds it until its deadline. The lease
+-- row is locked first, in the same order as admission, so the two cannot
+-- deadlock.
+CREATE FUNCTION fencegate_finish_effect(
+    p_client text, p_key text, p_attempt bigint, p_resource text, p_state text,
+    p_status integer, p_headers jsonb, p_body bytea, p_summary text
+) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    r_resource text;
+    r_fence bigint;
+    answer text;
+BEGIN
+    -- This commit need not wait for the WAL flush: if a crash loses it, the
+    -- effect reads as in flight, then unknown, and is never sent again. (The
+    -- admission's commit, which makes a send possible, does wait.)
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM 1 FROM fencegate_leases WHERE resource = p_resource FOR NO KEY UPDATE;
+    IF p_state = 'unknown' THEN
+        UPDATE fencegate_effects
+           SET state = 'unknown', summary = p_summary, updated_at = clock_timestamp()
+         WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
+           AND state = 'in_flight';
+        RETURN CASE WHEN FOUND THEN 'unknown' ELSE 'gone' END;
+    ELSIF p_state = 'free' THEN
+        DELETE FROM fencegate_effects
+         WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
+           AND attempts = 1
+        RETURNING resource, fence INTO r_resource, r_fence;
+        answer := 'freed';
+        IF NOT FOUND THEN
+            UPDATE fencegate_effects
+               SET state = 'unknown', attempt = NULL, updated_at = clock_timestamp()
+             WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
+            RETURNING resource, fence INTO r_resource, r_fence;
+            answer := 'unknown';
+        END IF;
+    ELSE
+        -- also from `unknown`: an attempt marked unknown when its deadline
+        -- passed may still learn its outcome, which beats not knowing
+        UPDATE fencegate_effects
+           SET state = p_state, response_status = p_status, response_headers = p_headers,
+               response_body = p_body, summary = p_summary, attempt = NULL,
+               updated_at = clock_timestamp()
+         WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
+        RETURNING resource, fence INTO r_resource, r_fence;
+        answer := 'recorded';
+    END IF;
+    IF NOT FOUND THEN
+        IF p_state = 'free' THEN
+            INSERT INTO fencegate_abandoned_attempts (attempt) VALUES (p_attempt)
+            ON CONFLICT DO NOTHING;
+        END IF;
+        RETURN 'gone';
+    END IF;
+    UPDATE fencegate_leases SET inflight = inflight - 1
+     WHERE resource = r_resource AND fence = r_fence AND inflight > 0;
+    RETURN answer;
+END
+$$;
+
+-- The extension of an attempt whose outcome is unknown, so that it may be
+-- sent again, with the same provider key, inside the provider's window
+-- (gateway/resend.py). Answers:
+--   extended        the attempt's deadline, and its lease's drain barrier,
+--                   now reach p_deadline_seconds from now: send again
+--   stale_fence     a newer fence was granted (the barrier had lapsed)
+--   lease_expired   the lease expired or was released
+--   no_lease        no lease row (never: an admitted attempt had one)
+--   not_in_flight   the effect is no longer in flight under this attempt's
+--                   nonce (resolved, or taken over by a repeat of the key)
+--   outside_window  the new attempt, p_resend_margin_seconds included, could
+--                   land past the provider's window counted from the first
+--                   admission (the rule of fencegate_admit_effect)
+-- Anything but `extended` changes nothing: the gateway records the attempt
+-- unknown, and it stays counted in the barrier until its old deadline. The lease row is locked first, as
+-- admission and claims take it, so no claim slips between this check and
+-- the barrier's extension; the attempt stays counted in `inflight` (it was
+-- never finished), so a claim after this waits for the new deadline.
+CREATE FUNCTION fencegate_extend_effect(
+    p_client text, p_key text, p_attempt bigint, p_resource text, p_fence bigint,
+    p_deadline_seconds double precision, p_resend_margin_seconds double precision
+) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    l fencegate_leases%ROWTYPE;
+    e fencegate_effects%ROWTYPE;
+    now_ timestamptz;
+    deadline_ timestamptz;
+BEGIN
+    SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'no_lease';
+    END IF;
+    now_ := clock_timestamp();  -- read after the lock was granted
+    IF l.fence <> p_fence THEN
+        RETURN 'stale_fence';
+    ELSIF l.expires_at <= now_ THEN
+        RETURN 'lease_expired';
+    END IF;
+    SELECT * INTO e FROM fencegate_effects
+     WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
+       AND state = 'in_flight' AND fence = p_fence
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'not_in_flight';
+    END IF;
+    deadline_ := now_ + make_interval(secs => p_deadline_seconds);
+    IF e.retry_until IS NULL
+       OR deadline_ + make_interval(secs => p_resend_margin_seconds) > e.retry_until THEN
+        RETURN 'outside_window';
+    END IF;
+    UPDATE fencegate_effects
+       SET deadline = greatest(deadline, deadline_), attempts = attempts + 1,
+           updated_at = now_
+     WHERE id = e.id;
+    UPDATE fencegate_leases SET drain_until = greatest(drain_until, deadline_)
+     WHERE resource = p_resource;
+    RETURN 'extended';
+END
+$$;
+
+-- Admissions and attempt ends in batches. A lease row another transaction
+-- holds is skipped, not waited for: its entries answer 'busy', and the
+-- gateway sends them alone, so one slow or locked resource never holds the
+-- rest of a batch. Otherwise each entry is exactly the single call.
+CREATE FUNCTION fencegate_admit_effects(
+    p_client text[], p_key text[], p_fingerprint bytea[], p_resource text[],
+    p_fence bigint[], p_provider text[], p_attempt bigint[],
+    p_deadline_seconds double precision[], p_retry_window_seconds double precision[],
+    p_resend_margin_seconds double precision
+) RETURNS TABLE (
+    ord integer, verdict text, current_fence bigint, effect_id bigint,
+    retry_after double precision, response_status integer, response_headers jsonb,
+    response_body bytea
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
+            FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND AND EXISTS (SELECT 1 FROM fencegate_leases
+                                  WHERE resource = p_resource[i]) THEN
+            RETURN QUERY SELECT i, 'busy'::text, NULL::bigint, NULL::bigint, NULL::float8,
+                                NULL::int, NULL::jsonb, NULL::bytea;
+            CONTINUE;
+        END IF;
+        RETURN QUERY SELECT i, a.*
+                       FROM fencegate_admit_effect(
+                           p_client[i], p_key[i], p_fingerprint[i], p_resource[i],
+                           p_fence[i], p_provider[i], p_attempt[i], p_deadline_seconds[i],
+                           p_retry_window_seconds[i], p_resend_margin_seconds) AS a;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION fencegate_finish_effects(
+    p_client text[], p_key text[], p_attempt bigint[], p_resource text[], p_state text[],
+    p_status integer[], p_headers jsonb[], p_body bytea[], p_summary text[]
+) RETURNS TABLE (ord integer, done text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i integer;
+BEGIN
+    -- never waits for a WAL flush: see fencegate_finish_effect
+    PERFORM set_config('synchronous_commit', 'off', true);
+    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    LOOP
+        PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
+            FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND AND EXISTS (SELECT 1 FROM fencegate_leases
+                                  WHERE resource = p_resource[i]) THEN
+            RETURN QUERY SELECT i, 'busy'::text;
+            CONTINUE;
+        END IF;
+        RETURN QUERY SELECT i, fencegate_finish_effect(
+            p_client[i], p_key[i], p_attempt[i], p_resource[i], p_state[i], p_status[i],
+            p_headers[i], p_body[i], p_summary[i]);
+    END LOOP;
+END
+$$;
+
+-- Effects whose outcome is unknown: what an operator must resolve. Partial, so it holds only those; `state` is already in the other
+-- partial indexes' predicates, so this costs no HOT update on the effect path.
+CREATE INDEX fencegate_effects_unknown ON fencegate_effects (updated_at)
+    WHERE state = 'unknown';
+
+-- ---- rejections: what the console shows of zombies ---------------------------
+
+-- Every effect refused at the fence check, as the gateway saw it: when, which
+-- client, provider and reason, on which resource, under which fence (the
+-- zombie's) and what the current one was. Written in batches by each gateway,
+-- at most once a second, and purged after a retention (7 days by default) by
+-- each gateway (gateway/rejections.py): the console shows the last hours.
+CREATE TABLE fencegate_rejections (
+    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at              timestamptz NOT NULL DEFAULT clock_timestamp(),
+    client          text        NOT NULL,
+    provider        text        NOT NULL,
+    reason          text        NOT NULL
+                    CHECK (reason IN ('stale_fence', 'lease_expired', 'no_lease',
+                                      'invalid_fence')),
+    resource        text        NOT NULL,
+    fence           bigint      NOT NULL,
+    current_fence   bigint,
+    idempotency_key text        NOT NULL
+);
+
+CREATE INDEX fencegate_rejections_at ON fencegate_rejections (at);
+
+-- ---- jobs: the work queue ------------------------------------------------------
+
+-- The work queue. A claimed job is a lease on `job:<queue>:<id>` in
+-- fencegate_leases; `fence` here is the fence of the job's current (or last)
+-- claim, so complete and fail can be conditioned on it.
+CREATE TABLE fencegate_jobs (
+    id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue         text        NOT NULL CHECK (queue ~ '^[A-Za-z0-9._-]{1,100}$'),
+    payload       jsonb       NOT NULL,
+    state         text        NOT NULL DEFAULT 'queued'
+                  CHECK (state IN ('queued', 'claimed', 'completed', 'dead')),
+    priority      integer     NOT NULL DEFAULT 0,
+    run_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    dedupe_key    text        CHECK (length(dedupe_key) BETWEEN 1 AND 255),
+    ordering_key  text        CHECK (length(ordering_key) BETWEEN 1 AND 255),
+    attempts      integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts  integer     NOT NULL CHECK (max_attempts >= 1),
+    fence         bigint,
+    claimed_by    text,
+    claimed_at    timestamptz,
+    finished_at   timestamptz,
+    result_ref    text,
+    last_error    text,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT claimed_has_fence CHECK (state <> 'claimed' OR (fence IS NOT NULL
+                                                               AND claimed_by IS NOT NULL)),
+    CONSTRAINT finished_at_iff_finished
+        CHECK ((state IN ('completed', 'dead')) = (finished_at IS NOT NULL))
+);
+
+-- one job per (queue, dedupe_key), whatever its state: enqueue is idempotent
+CREATE UNIQUE INDEX fencegate_jobs_dedupe ON fencegate_jobs (queue, dedupe_key)
+    WHERE dedupe_key IS NOT NULL;
+-- what claimers scan
+CREATE INDEX fencegate_jobs_runnable ON fencegate_jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'queued';
+-- the head of each ordering key
+CREATE INDEX fencegate_jobs_ordering ON fencegate_jobs (queue, ordering_key, id)
+    WHERE ordering_key IS NOT NULL AND state IN ('queued', 'claimed');
+-- what recovery scans
+CREATE INDEX fencegate_jobs_claimed ON fencegate_jobs (queue) WHERE state = 'claimed';
+CREATE INDEX fencegate_jobs_dead ON fencegate_jobs (queue, id) WHERE state = 'dead';
+
+-- finished jobs past retention are purged oldest first
+CREATE INDEX fencegate_jobs_finished ON fencegate_jobs (finished_at)
+    WHERE state IN ('completed', 'dead');
+
+-- Wake idle workers when jobs arrive. Polling alone stays correct (behind
+-- PgBouncer in transaction mode LISTEN does not work); this only cuts the wait.
+CREATE FUNCTION fencegate_jobs_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('fencegate_jobs', q.queue)
+       FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER fencegate_jobs_notify
+    AFTER INSERT ON fencegate_jobs
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION fencegate_jobs_notify();
