@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leases import LeaseClient
+from leases.redact import redact
 
 from ..ledger import RESOLVE_GRACE_SECONDS
 from ..wire import FENCE_REFUSALS
@@ -105,7 +106,8 @@ async def queues(db: LeaseClient) -> dict[str, Any]:
     oldest = {r["queue"]: dict(r) for r in await db.fetch("oldest_runnable_jobs")}
     dead = _rows(await db.fetch("dead_jobs", ROWS))
     for job in dead:
-        job["payload"] = json.loads(job["payload"])
+        job["payload"] = redact(json.loads(job["payload"]))
+        job["last_error"] = redact(job["last_error"])
     names = sorted(set(depths) | set(oldest))
     return {"queues": [{"name": q, "depth": {s: depths.get(q, {}).get(s, 0)
                                              for s in ("queued", "scheduled", "claimed",
