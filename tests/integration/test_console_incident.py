@@ -5,8 +5,16 @@ confirmation before each action, legible times and messages."""
 
 from __future__ import annotations
 
+import re
+
 from leases import LeaseClient, Queue
-from tests.integration.test_console import CACHE, Console, console  # noqa: F401
+from tests.integration.test_console import (  # noqa: F401
+    CACHE,
+    OPERATOR_KEY,
+    Console,
+    _unknown_effect,
+    console,
+)
 
 SECRET = "sk_live_123"
 
@@ -23,3 +31,94 @@ async def test_a_dead_jobs_payload_and_error_show_no_secret(console: Console) ->
     assert SECRET not in html and "t0ps3cret" not in html
     assert "lead@example.com" in dead  # the rest of the payload is shown
     assert "CRM refused (api_key=***)" in dead  # the parenthesis is kept
+
+
+async def _rejection(console: Console, resource: str, reason: str, key: str) -> None:
+    await console.pool.execute(
+        "INSERT INTO fencegate_rejections (client, provider, reason, resource, fence, "
+        "current_fence, idempotency_key) VALUES ('agents', 'mail', $1, $2, 1, 2, $3)",
+        reason, resource, key)
+
+
+async def test_an_effect_has_a_page_with_what_the_ledger_keeps(console: Console) -> None:
+    """Everything an operator needs before resolving: the effect's row (its
+    attempts, times and the provider's answer), the resource's current lease
+    and the rejections recorded on it; and a resolve form that needs a tick."""
+    await console.login()
+    await _unknown_effect(console.pool, "quote-7", past_deadline=True)
+    await _rejection(console, "run:u", "stale_fence", "zombie-key-1")
+    status, html, _ = await console.page("/console/effect?client=agents&key=quote-7")
+    assert status == 200
+    for shown in ("quote-7", "run:u", "mail", "timed out during DATA", "zombie-key-1",
+                  "stale_fence", 'id="lease"', 'id="attempts"', "not kept"):
+        assert shown in html, shown
+    form = html[html.index('action="/console/effects/resolve"'):]
+    assert re.search(r'<input type="checkbox" name="confirm" value="yes" required', form)
+    # the lists link to it
+    _, listing, _ = await console.page("/console/effects")
+    assert 'href="/console/effect?client=agents&amp;key=quote-7"' in listing
+    status, html, _ = await console.page("/console/effect?client=agents&key=nope")
+    assert status == 404 and "No effect" in html
+
+
+async def test_resolving_needs_a_confirmation_and_names_the_operator(console: Console,
+                                                                     ) -> None:
+    """A resolve without the tick changes nothing; one with it is recorded
+    with the operator's client name and time, and an effect resolved
+    not_sent (its row deleted: the key is free) stays findable."""
+    await console.login()
+    await _unknown_effect(console.pool, "quote-9", past_deadline=True)
+    form = {"client": "agents", "key": "quote-9", "outcome": "not_sent",
+            "csrf": await console.csrf()}
+    _, where = await console.post("/console/effects/resolve", form)
+    assert where == "/console/effect?client=agents&key=quote-9&notice=confirm"
+    assert await console.pool.fetchval(
+        "SELECT state FROM fencegate_effects WHERE idempotency_key = 'quote-9'") == "unknown"
+    _, where = await console.post("/console/effects/resolve", {**form, "confirm": "yes"})
+    assert where == "/console/effect?client=agents&key=quote-9&notice=resolved_not_sent"
+    assert await console.pool.fetchval(
+        "SELECT count(*) FROM fencegate_effects WHERE idempotency_key = 'quote-9'") == 0
+    row = await console.pool.fetchrow(
+        "SELECT * FROM fencegate_resolutions WHERE idempotency_key = 'quote-9'")
+    assert (row["client"], row["outcome"], row["operator"], row["resource"]) == (
+        "agents", "not_sent", "ops", "run:u")
+    assert row["resolved_at"] is not None and row["summary"] == "timed out during DATA"
+    status, html, _ = await console.page(where)
+    assert status == 200 and "resolved as not sent" in html and "ops" in html
+    _, listing, _ = await console.page("/console/effects")
+    resolved = listing[listing.index('id="resolved"'):]
+    assert "quote-9" in resolved and "ops" in resolved
+
+
+async def test_replaying_needs_a_confirmation(console: Console) -> None:
+    await console.login()
+    q = Queue(LeaseClient(pool=console.pool), "mail")
+    job_id = await q.enqueue({"to": "lead@example.com"}, max_attempts=1)
+    [job] = await q.claim()
+    assert await q.fail(job, "SMTP 550") == "dead"
+    _, html, _ = await console.page("/console/queues")
+    assert re.search(r'<input type="checkbox" name="confirm" value="yes" required', html)
+    form = {"queue": "mail", "id": str(job_id), "csrf": await console.csrf()}
+    _, where = await console.post("/console/jobs/replay", form)
+    assert where == "/console/queues?notice=confirm"
+    assert (await q.stats()) == {"dead": 1}
+    _, where = await console.post("/console/jobs/replay", {**form, "confirm": "yes"})
+    assert where == "/console/queues?notice=replayed"
+
+
+async def test_a_post_without_origin_is_refused(console: Console) -> None:
+    """docs/console.md: every action must come from the console's own origin.
+    A POST that names none (no Origin, no Sec-Fetch-Site) is not trusted."""
+    await console.login()
+    await _unknown_effect(console.pool, "quote-10", past_deadline=True)
+    form = {"client": "agents", "key": "quote-10", "outcome": "sent", "confirm": "yes",
+            "csrf": await console.csrf()}
+    async with console.http.post(console.url + "/console/effects/resolve", data=form,
+                                 allow_redirects=False) as r:
+        assert "Origin" not in r.request_info.headers
+        assert r.headers["Location"] == "/console/effects?notice=refused"
+    assert await console.pool.fetchval(
+        "SELECT state FROM fencegate_effects WHERE idempotency_key = 'quote-10'") == "unknown"
+    async with console.http.post(console.url + "/console/login", data={
+            "api_key": OPERATOR_KEY}, allow_redirects=False) as r:
+        assert r.status == 403
