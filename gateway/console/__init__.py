@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import aiohttp_jinja2
 import jinja2
@@ -74,6 +74,7 @@ NOTICES = {
     "no_such_effect": "No such effect.",
     "replayed": "Replayed: the job is back in its queue, its attempts reset.",
     "not_dead": "That job is not dead any more.",
+    "confirm": "Nothing was done: tick the confirmation box first.",
     "refused": "That action was refused (an expired page?): reload and try again.",
 }
 
@@ -199,6 +200,32 @@ async def screen(request: web.Request) -> web.StreamResponse:
     return _render(f"{name}.html", request, context)
 
 
+async def effect(request: web.Request) -> web.StreamResponse:
+    """One effect's page: ``/console/effect?client=...&key=...`` (a key may
+    hold any character, so it goes in the query, not the path)."""
+    sess, operator = _operator(request)
+    gw = _gw(request)
+    client, key = request.query.get("client", ""), request.query.get("key", "")
+    context: dict[str, Any] = {
+        "screen": "effects", "title": f"Effect {key}", "titles": TITLES,
+        "operator": operator.name, "csrf": sess.csrf(request.app[session.SECRET_KEY]),
+        "notice": NOTICES.get(request.query.get("notice", "")),
+        "part": bool(request.query.get("part")), "error": None,
+    }
+    try:
+        context.update(await screens.effect(gw.leases, client, key))
+    except Unavailable:
+        context["error"] = "The database does not answer: what is shown may be out of date."
+        return _render("effect.html", request, context, status=503)
+    found = context["e"] is not None or context["resolutions"]
+    return _render("effect.html", request, context, status=200 if found else 404)
+
+
+def effect_url(client: str, key: str, notice: str | None = None) -> str:
+    query = {"client": client, "key": key} | ({"notice": notice} if notice else {})
+    return "/console/effect?" + urlencode(query)
+
+
 # ---- actions --------------------------------------------------------------------------
 
 async def _action(request: web.Request) -> tuple[ClientConfig, Any] | None:
@@ -222,8 +249,10 @@ async def resolve(request: web.Request) -> web.StreamResponse:
     client, key, outcome = (str(form.get(k, "")) for k in ("client", "key", "outcome"))
     if outcome not in ("sent", "not_sent"):
         raise web.HTTPSeeOther("/console/effects?notice=refused")
+    if form.get("confirm") != "yes":
+        raise web.HTTPSeeOther(effect_url(client, key, "confirm"))
     gw = _gw(request)
-    if await gw.ledger.resolve(client, key, outcome):
+    if await gw.ledger.resolve(client, key, outcome, operator=operator.name):
         notice = f"resolved_{outcome}"
     else:
         effect = await gw.ledger.show(client, key)
@@ -238,7 +267,7 @@ async def resolve(request: web.Request) -> web.StreamResponse:
              client, outcome, notice, extra={
                  "operator": operator.name, "action": "resolve", "client": client,
                  "key": key, "outcome": outcome, "result": notice})
-    raise web.HTTPSeeOther(f"/console/effects?notice={notice}")
+    raise web.HTTPSeeOther(effect_url(client, key, notice))
 
 
 async def replay(request: web.Request) -> web.StreamResponse:
@@ -246,6 +275,8 @@ async def replay(request: web.Request) -> web.StreamResponse:
     if checked is None:
         raise web.HTTPSeeOther("/console/queues?notice=refused")
     operator, form = checked
+    if form.get("confirm") != "yes":
+        raise web.HTTPSeeOther("/console/queues?notice=confirm")
     try:
         queue = Queue(_gw(request).leases, str(form.get("queue", "")))
         job_id = int(str(form.get("id", "")))
@@ -300,6 +331,7 @@ def mount(app: web.Application) -> None:
     app.router.add_post("/console/logout", logout)
     app.router.add_post("/console/effects/resolve", resolve)
     app.router.add_post("/console/jobs/replay", replay)
+    app.router.add_get("/console/effect", effect, allow_head=False)
     app.router.add_get("/console/static/{name}", static, allow_head=False)
     app.router.add_get("/console/{screen}", screen, allow_head=False)
     app.router.add_get("/docs", docs)  # and HEAD

@@ -78,11 +78,49 @@ async def effects(db: LeaseClient) -> dict[str, Any]:
               for r in await db.fetch("effect_counts", EFFECT_COUNTS_SECONDS)}
     open_ = _rows(await db.fetch("open_effects", ROWS, RESOLVE_GRACE_SECONDS))
     recent = _rows(await db.fetch("recent_effects", ROWS))
+    resolved = _rows(await db.fetch("recent_resolutions", ROWS))
+    for e in (*open_, *recent, *resolved):
+        e["summary"] = redact(e["summary"])
     return {"counts": {s: counts.get(s, 0) for s in ("succeeded", "failed", "unknown",
                                                       "in_flight")},
             "unknown": [e for e in open_ if e["state"] == "unknown"],
             "in_flight": [e for e in open_ if e["state"] == "in_flight"],
-            "recent": recent, "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
+            "recent": recent, "resolved": resolved, "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
+
+
+async def effect(db: LeaseClient, client: str, key: str) -> dict[str, Any]:
+    """One effect's page: its ledger row (None once gone), its resolutions, the
+    current lease row of its resource and the rejections recorded on it."""
+    row = await db.fetchrow("effect_detail", client, key, RESOLVE_GRACE_SECONDS)
+    e = dict(row) if row is not None else None
+    resolutions = _rows(await db.fetch("effect_resolutions", client, key))
+    for r in resolutions:
+        r["summary"] = redact(r["summary"])
+    resource = e["resource"] if e else resolutions[0]["resource"] if resolutions else None
+    if e is not None:
+        e["summary"] = redact(e["summary"])
+        e["response_headers"] = redact(_decoded(e["response_headers"]))
+        body = e["response_body"]
+        e["response_body"] = redact(_body_text(body)) if body else None
+    lease = await db.fetchrow("show_lease", resource) if resource else None
+    return {"client": client, "key": key, "e": e, "resolutions": resolutions,
+            "resource": resource, "lease": dict(lease) if lease else None,
+            "rejections": _rows(await db.fetch("resource_rejections", resource, ROWS))
+            if resource else []}
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _body_text(body: bytes) -> Any:
+    """A stored answer's body as the page shows it: decoded JSON (so its
+    secret-looking fields are blanked by name), else text."""
+    text = body.decode("utf-8", "replace")
+    try:
+        return json.dumps(redact(json.loads(text)), sort_keys=True)
+    except ValueError:
+        return text
 
 
 async def rejections(db: LeaseClient) -> dict[str, Any]:

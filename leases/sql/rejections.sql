@@ -44,3 +44,11 @@ SELECT resource, count(*) AS rejections, max(at) AS last_at,
  GROUP BY resource
  ORDER BY last_at DESC
  LIMIT $2;
+
+-- name: resource_rejections
+-- The $2 latest rejections recorded on resource $1 (the effect page).
+SELECT at, client, provider, reason, fence, current_fence, idempotency_key
+  FROM fencegate_rejections
+ WHERE resource = $1
+ ORDER BY at DESC
+ LIMIT $2;

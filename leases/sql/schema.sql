@@ -588,6 +588,30 @@ CREATE TABLE fencegate_rejections (
 );
 
 CREATE INDEX fencegate_rejections_at ON fencegate_rejections (at);
+CREATE INDEX fencegate_rejections_resource ON fencegate_rejections (resource, at);
+
+-- Who resolved an effect whose outcome was unknown, and when (0010): resolving
+-- it not_sent deletes its row in fencegate_effects (the key is free again), so
+-- each resolution is kept here, where the console lists and finds it by key.
+-- `operator` is the resolving client's name (NULL: a caller that named none).
+CREATE TABLE fencegate_resolutions (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    resolved_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    client           text        NOT NULL,
+    idempotency_key  text        NOT NULL,
+    resource         text        NOT NULL,
+    fence            bigint      NOT NULL,
+    provider         text        NOT NULL,
+    outcome          text        NOT NULL CHECK (outcome IN ('sent', 'not_sent')),
+    operator         text,
+    attempts         integer     NOT NULL,
+    effect_created_at timestamptz NOT NULL,
+    summary          text
+);
+
+CREATE INDEX fencegate_resolutions_key
+    ON fencegate_resolutions (client, idempotency_key, resolved_at);
+CREATE INDEX fencegate_resolutions_at ON fencegate_resolutions (resolved_at);
 
 -- ---- jobs: the work queue ------------------------------------------------------
 
