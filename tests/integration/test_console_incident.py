@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from leases import LeaseClient, Queue
+from tests.integration.conftest import API_KEY
 from tests.integration.test_console import (  # noqa: F401
     CACHE,
     OPERATOR_KEY,
@@ -122,3 +123,64 @@ async def test_a_post_without_origin_is_refused(console: Console) -> None:
     async with console.http.post(console.url + "/console/login", data={
             "api_key": OPERATOR_KEY}, allow_redirects=False) as r:
         assert r.status == 403
+
+
+async def test_zombies_are_told_apart_from_other_refusals(console: Console) -> None:
+    """Under "Where the zombies were": only stale_fence and lease_expired (a
+    worker acting under a lease it lost), with the refused request's key;
+    no_lease and invalid_fence (no claim ever issued that fence) apart."""
+    await console.login()
+    await _rejection(console, "run:z", "stale_fence", "zombie-key-1")
+    await _rejection(console, "run:never", "no_lease", "stray-key-2")
+    await _rejection(console, "run:forged", "invalid_fence", "stray-key-3")
+    _, html, _ = await console.page("/console/rejections")
+    zombies = html[html.index('id="zombies"'):html.index("</table>", html.index('id="zombies"'))]
+    assert "run:z" in zombies and "zombie-key-1" in zombies
+    assert "run:never" not in zombies and "run:forged" not in zombies
+    others = html[html.index('id="other-refusals"'):]
+    assert "run:never" in others and "stray-key-2" in others and "run:forged" in others
+
+
+async def test_the_chart_scale_is_a_caption_not_a_title(console: Console) -> None:
+    await console.login()
+    await _rejection(console, "run:z", "stale_fence", "zombie-key-1")
+    _, html, _ = await console.page("/console/rejections")
+    svg = html[html.index("<svg"):html.index("</svg>")]
+    assert "per minute</text>" not in svg
+    caption = html[html.index("<figcaption"):html.index("</figcaption>")]
+    assert "rejections per minute" in caption and "tallest bar: 1" in caption
+
+
+async def test_every_time_is_written_one_way(console: Console) -> None:
+    """UTC, RFC 3339 (leases/formats.py) on every table, and in the header's
+    "updated" time that the page's script writes."""
+    async with console.http.get(console.url + "/console/static/console.js") as r:
+        script = await r.text()
+    assert "toLocale" not in script and "toISOString" in script
+    await console.login()
+    await _unknown_effect(console.pool, "quote-11", past_deadline=True)
+    _, html, _ = await console.page("/console/effect?client=agents&key=quote-11")
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", html)
+    assert " PM" not in html and " AM" not in html
+
+
+async def test_login_errors_say_what_is_wrong_and_not_whose_key(console: Console) -> None:
+    """A refused key gets one answer whether it is unknown or a worker's (the
+    page tells nothing about which keys exist), and it says what to check;
+    an empty or broken paste is named as such."""
+    async def error(key: str) -> tuple[int, str]:
+        async with console.http.post(console.url + "/console/login", data={"api_key": key},
+                                     headers={"Origin": console.url}) as r:
+            html = await r.text()
+        found = re.search(r'<p class="error" role="alert">(.*?)</p>', html, re.S)
+        assert found is not None
+        return r.status, " ".join(found.group(1).split())
+
+    unknown, worker = await error(OPERATOR_KEY + "x"), await error(API_KEY)
+    assert unknown == worker and unknown[0] == 403
+    assert "Not an operator's API key" not in unknown[1]
+    assert "typo" in unknown[1] and "operator" in unknown[1]
+    status, empty = await error("")
+    assert status == 400 and "Paste" in empty
+    status, broken = await error("test-key\nope rator")
+    assert status == 400 and "space or line break" in broken
