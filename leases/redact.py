@@ -15,6 +15,7 @@ Pure: the input is not changed.
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Any
 
 MASK = "***"
@@ -48,7 +49,7 @@ def secret_name(name: str) -> bool:
     """Whether a field called ``name`` holds a secret, by its words."""
     words = [w.lower() for w in _SPLIT.split(_HUMP.sub("_", name)) if w]
     return (any(w in SECRET_WORDS for w in words)
-            or any(pair in SECRET_PAIRS for pair in zip(words, words[1:], strict=False)))
+            or any(pair in SECRET_PAIRS for pair in pairwise(words)))
 
 
 def redact(value: Any) -> Any:

@@ -85,7 +85,8 @@ async def effects(db: LeaseClient) -> dict[str, Any]:
                                                       "in_flight")},
             "unknown": [e for e in open_ if e["state"] == "unknown"],
             "in_flight": [e for e in open_ if e["state"] == "in_flight"],
-            "recent": recent, "resolved": resolved, "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
+            "recent": recent, "resolved": resolved,
+            "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
 
 
 async def effect(db: LeaseClient, client: str, key: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ same screens in a real browser: tests/browser/."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -69,17 +70,27 @@ class Console:
         return self.server.app[GATEWAY]
 
 
-@pytest.fixture
-async def console(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
-                  webhook_sink: WebhookSink) -> AsyncIterator[Console]:
+@contextlib.asynccontextmanager
+async def open_console(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
+                       webhook_sink: WebhookSink) -> AsyncIterator[Console]:
+    """A gateway with an operator client, and a cookie-keeping HTTP session."""
     app = build_app(console_config(smtp_sink.port, webhook_sink.port), dsn,
                     migrate_on_start=False)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     http = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
-    yield Console(str(server.make_url("")).rstrip("/"), server, http, pool)
-    await http.close()
-    await server.close()
+    try:
+        yield Console(str(server.make_url("")).rstrip("/"), server, http, pool)
+    finally:
+        await http.close()
+        await server.close()
+
+
+@pytest.fixture
+async def console(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
+                  webhook_sink: WebhookSink) -> AsyncIterator[Console]:
+    async with open_console(dsn, pool, smtp_sink, webhook_sink) as c:
+        yield c
 
 
 async def test_only_operators_get_in_and_the_key_stays_out_of_urls(console: Console) -> None:

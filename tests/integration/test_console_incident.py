@@ -6,16 +6,22 @@ confirmation before each action, legible times and messages."""
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 
+import asyncpg
+import pytest
+
+from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import LeaseClient, Queue
 from tests.integration.conftest import API_KEY
-from tests.integration.test_console import (  # noqa: F401
-    CACHE,
-    OPERATOR_KEY,
-    Console,
-    _unknown_effect,
-    console,
-)
+from tests.integration.test_console import OPERATOR_KEY, Console, _unknown_effect, open_console
+
+
+@pytest.fixture
+async def console(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
+                  webhook_sink: WebhookSink) -> AsyncIterator[Console]:
+    async with open_console(dsn, pool, smtp_sink, webhook_sink) as c:
+        yield c
 
 SECRET = "sk_live_123"
 
