@@ -79,6 +79,26 @@ NOTICES = {
 }
 
 
+#: one answer for an unknown key and for a key of a client that is no operator:
+#: the page must not tell which keys exist
+LOGIN_REFUSED = ("That key does not open the console. Check it for a typo (keys are "
+                 "case-sensitive; paste the whole key), and that it is the key of a client "
+                 'with role = "operator" in the gateway\'s configuration: other clients\' '
+                 "keys are refused too.")
+
+
+def _misformed_key(api_key: str) -> str | None:
+    """What is wrong with a pasted key, from its text alone; None if nothing."""
+    if not api_key:
+        return "Paste your operator's API key in the field, then log in."
+    if any(c.isspace() for c in api_key):
+        return ("The key has a space or line break in it: API keys have none. "
+                "Paste it again, in one piece.")
+    if not api_key.isprintable():
+        return "The key has a character that cannot be typed in it: paste it again."
+    return None
+
+
 def _secured(response: web.StreamResponse, csp: str = CSP) -> web.StreamResponse:
     response.headers["Content-Security-Policy"] = csp
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -142,14 +162,15 @@ async def login(request: web.Request) -> web.StreamResponse:
             "error": "Too many failed logins: try again later."}, status=429)
         refused.headers[RETRY_AFTER] = retry_after_header(wait)
         return refused
-    api_key = str(form.get("api_key", ""))
-    client = session.operator_for_key(_gw(request).config, api_key) if api_key else None
+    api_key = str(form.get("api_key", "")).strip()
+    misformed = _misformed_key(api_key)
+    if misformed:  # said from the text alone: tells nothing about which keys exist
+        return _render("login.html", request, {"error": misformed}, status=400)
+    client = session.operator_for_key(_gw(request).config, api_key)
     if client is None:
         failures = throttle.failed(source, now)
         log.warning("console login refused", extra={"peer": source, "failures": failures})
-        return _render("login.html", request, {
-            "error": "Not an operator's API key. Only clients configured with "
-                     'role = "operator" may use the console.'}, status=403)
+        return _render("login.html", request, {"error": LOGIN_REFUSED}, status=403)
     throttle.succeeded(source)
     response = web.HTTPSeeOther("/console")
     session.start(response, request, client, api_key)

@@ -30,6 +30,9 @@ EFFECT_COUNTS_SECONDS = 3600.0
 REJECTIONS_SECONDS = 3600.0
 ROWS = 50
 REASONS = tuple(sorted(FENCE_REFUSALS))
+#: a worker acting under a lease it held once and lost; the other reasons
+#: (no_lease, invalid_fence) are fences no claim issued: a bug or a forgery
+ZOMBIE_REASONS = ("lease_expired", "stale_fence")
 
 
 @dataclass
@@ -126,7 +129,10 @@ def _body_text(body: bytes) -> Any:
 
 async def rejections(db: LeaseClient) -> dict[str, Any]:
     by_minute = await db.fetch("rejections_by_minute", REJECTIONS_SECONDS)
-    resources = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS))
+    resources = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS,
+                                     list(ZOMBIE_REASONS)))
+    others = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS,
+                                  [r for r in REASONS if r not in ZOMBIE_REASONS]))
     totals: dict[tuple[str, str], int] = {}
     for r in by_minute:
         key = (r["provider"], r["reason"])
@@ -134,7 +140,7 @@ async def rejections(db: LeaseClient) -> dict[str, Any]:
     return {"chart": chart(by_minute, time.time()),
             "totals": [{"provider": p, "reason": why, "rejections": n}
                        for (p, why), n in sorted(totals.items())],
-            "total": sum(totals.values()), "resources": resources,
+            "total": sum(totals.values()), "resources": resources, "others": others,
             "window_minutes": int(REJECTIONS_SECONDS // 60)}
 
 
