@@ -190,3 +190,71 @@ async def test_login_errors_say_what_is_wrong_and_not_whose_key(console: Console
     assert status == 400 and "Paste" in empty
     status, broken = await error("test-key\nope rator")
     assert status == 400 and "space or line break" in broken
+
+
+async def _effect(console: Console, key: str, resource: str, provider: str, state: str,
+                  ) -> None:
+    await console.pool.execute(
+        "INSERT INTO fencegate_effects (client, idempotency_key, fingerprint, resource, fence, "
+        "provider, state, deadline, response_status, summary) VALUES ('agents', $1, "
+        "'\\x00'::bytea, $2, 1, $3, $4, clock_timestamp(), 200, 'done')",
+        key, resource, provider, state)
+
+
+def _section(html: str, id_: str) -> str:
+    start = html.index(f'id="{id_}"')
+    return html[start:html.index("</table>", start)]
+
+
+async def test_effects_are_searched_filtered_and_paged(console: Console) -> None:
+    await console.login()
+    await _effect(console, "alpha-1", "run:a", "mail", "succeeded")
+    await _effect(console, "alpha-2", "run:b", "hooks", "failed")
+    await _effect(console, "beta-1", "run:b", "hooks", "succeeded")
+
+    async def found(query: str) -> str:
+        status, html, _ = await console.page("/console/effects?" + query)
+        assert status == 200
+        return _section(html, "found")
+
+    both = await found("key=alpha")
+    assert "alpha-1" in both and "alpha-2" in both and "beta-1" not in both
+    assert "beta-1" in await found("resource=run:b&provider=hooks&state=succeeded")
+    assert "alpha-2" not in await found("resource=run:b&provider=hooks&state=succeeded")
+    assert "alpha" not in await found("since=2999-01-01T00:00:00Z")
+    assert "alpha-1" in await found("until=2999-01-01T00:00:00Z&provider=mail")
+    first = await found("per=2")
+    assert "beta-1" in first and "alpha-2" in first and "alpha-1" not in first
+    _, html, _ = await console.page("/console/effects?per=2")
+    assert 'href="/console/effects?per=2&amp;page=2"' in html  # the next page, kept filtered
+    assert "alpha-1" in await found("per=2&page=2")
+    status, html, _ = await console.page("/console/effects?since=yesterday")
+    assert status == 400 and "since" in html
+
+
+async def test_leases_live_or_ended(console: Console) -> None:
+    await console.login()
+    await console.pool.execute("""
+        INSERT INTO fencegate_leases (resource, owner, fence, claimed_at, expires_at) VALUES
+          ('run:alive', 'w', 1, clock_timestamp(), clock_timestamp() + interval '1 hour'),
+          ('run:gone', 'w', 1, clock_timestamp() - interval '2 days',
+           clock_timestamp() - interval '1 day')""")
+    _, html, _ = await console.page("/console/leases?status=ended")
+    assert "run:gone" in html and "run:alive" not in html  # ended a day ago: still found
+    _, html, _ = await console.page("/console/leases?status=live")
+    assert "run:alive" in html and "run:gone" not in html
+    _, html, _ = await console.page("/console/leases?resource=run:g")
+    assert "run:gone" in html and "run:alive" not in html
+
+
+async def test_jobs_by_state_and_queue(console: Console) -> None:
+    await console.login()
+    db = LeaseClient(pool=console.pool)
+    await Queue(db, "mail").enqueue({"to": "m@example.com"})
+    await Queue(db, "crm").enqueue({"to": "c@example.com"})
+    _, html, _ = await console.page("/console/queues?state=queued&queue=mail")
+    jobs = _section(html, "jobs")
+    assert "m@example.com" in jobs and "c@example.com" not in jobs
+    _, html, _ = await console.page("/console/queues?state=queued")
+    jobs = _section(html, "jobs")
+    assert "m@example.com" in jobs and "c@example.com" in jobs
