@@ -212,9 +212,14 @@ async def screen(request: web.Request) -> web.StreamResponse:
         "part": bool(request.query.get("part")), "error": None,
         "dropped": gw.rejections.dropped if gw.rejections else 0,
     }
+    query = {k: v for k, v in request.query.items() if k not in ("notice", "part")}
     try:
         context.update(await request.app[CACHE_KEY].get(
-            name, lambda: SCREENS[name](gw.leases)))
+            f"{name}?{urlencode(sorted(query.items()))}",
+            lambda: SCREENS[name](gw.leases, query)))
+    except screens.BadFilter as e:
+        context["error"] = f"That filter cannot be read: {e}."
+        return _render(f"{name}.html", request, context, status=400)
     except Unavailable:
         context["error"] = "The database does not answer: what is shown may be out of date."
         return _render(f"{name}.html", request, context, status=503)

@@ -204,3 +204,31 @@ SELECT resolved_at, client, idempotency_key, resource, fence, provider, outcome,
   FROM fencegate_resolutions
  ORDER BY resolved_at DESC, id DESC
  LIMIT $1;
+
+-- name: search_effects
+-- For the console's search: effects whose key starts with $1, resource starts
+-- with $2, in state $3 ('unknown' includes in_flight past its deadline), of
+-- provider $4, first admitted at or after $5 and before $6 (each NULL: any),
+-- the newest first, $7 from the $8th; $9 as $3 of show_effect. Bounded by
+-- its LIMIT; a filter that matches little may scan much of the table.
+SELECT idempotency_key, client, resource, fence, provider,
+       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
+            THEN 'unknown' ELSE state END AS state,
+       attempts, created_at, updated_at, deadline, response_status, summary,
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $9::float8)
+                                                 - clock_timestamp()))::float8
+       END AS resolvable_in_seconds
+  FROM fencegate_effects
+ WHERE ($1::text IS NULL OR starts_with(idempotency_key, $1))
+   AND ($2::text IS NULL OR starts_with(resource, $2))
+   AND ($3::text IS NULL
+        OR ($3 = 'unknown' AND (state = 'unknown'
+                                OR (state = 'in_flight' AND deadline <= clock_timestamp())))
+        OR ($3 = 'in_flight' AND state = 'in_flight' AND deadline > clock_timestamp())
+        OR ($3 NOT IN ('unknown', 'in_flight') AND state = $3))
+   AND ($4::text IS NULL OR provider = $4)
+   AND ($5::timestamptz IS NULL OR created_at >= $5)
+   AND ($6::timestamptz IS NULL OR created_at < $6)
+ ORDER BY id DESC
+ LIMIT $7 OFFSET $8;
