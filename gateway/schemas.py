@@ -134,8 +134,8 @@ EMAIL_SENT: dict[str, Any] = {
     "type": "object", "required": ["status", "message_id", "provider"],
     "properties": {
         "status": field({"const": "sent"}, "The provider took the message.", "sent"),
-        "message_id": field({"type": "string"}, "The message's Message-ID, derived from the client and "
-                            "the key (the same on a replay).",
+        "message_id": field({"type": "string"}, "The message's Message-ID, derived from "
+                            "the client and the key (the same on a replay).",
                             "<ceee7a5f7dfe48a5971bdcbca0d6e62749ec879e@fencegate>"),
         "provider": field({"type": "string"}, "The provider that sent it.", "mail"),
         "provider_message_id": field({"type": ["string", "null"]}, "The provider's own "
