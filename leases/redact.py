@@ -15,6 +15,7 @@ Pure: the input is not changed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
@@ -34,7 +35,7 @@ _SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _NAME = (r"password|passwd|pwd|passphrase|secret|[a-z_]*token|api[_-]?key|authorization|"
          r"private[_-]?key|access[_-]?key|credentials?|cookie")
 #: a value ends at a space, a separator or a closing bracket or quote
-_SECRETS = [
+_SECRETS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # credentials in URLs and DSNs
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
     (re.compile(rf"(?i)\b({_NAME})([\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&)\]}}\"']+)"),
