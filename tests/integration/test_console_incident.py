@@ -258,3 +258,20 @@ async def test_jobs_by_state_and_queue(console: Console) -> None:
     _, html, _ = await console.page("/console/queues?state=queued")
     jobs = _section(html, "jobs")
     assert "m@example.com" in jobs and "c@example.com" in jobs
+
+
+async def test_an_effects_stored_answer_shows_no_secret(console: Console) -> None:
+    """The provider's stored answer (headers and body) is shown on the
+    effect's page through the same redaction as payloads."""
+    await console.login()
+    await _effect(console, "crm-1", "lead:1", "crm", "succeeded")
+    await console.pool.execute(
+        "UPDATE fencegate_effects SET response_headers = $1::jsonb, response_body = $2 "
+        "WHERE idempotency_key = 'crm-1'",
+        '{"Set-Cookie": "sid=s3ss10n", "Content-Type": "application/json"}',
+        b'{"id": "c_9", "access_token": "t0ps3cret", "owner": {"password": "hunter2"}}')
+    status, html, _ = await console.page("/console/effect?client=agents&key=crm-1")
+    assert status == 200
+    for secret in ("s3ss10n", "t0ps3cret", "hunter2"):
+        assert secret not in html
+    assert "c_9" in html and "application/json" in html
