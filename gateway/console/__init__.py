@@ -239,7 +239,9 @@ async def effect(request: web.Request) -> web.StreamResponse:
         "part": bool(request.query.get("part")), "error": None,
     }
     try:
-        context.update(await screens.effect(gw.leases, client, key))
+        context.update(await request.app[CACHE_KEY].get(
+            "effect?" + urlencode({"client": client, "key": key}),
+            lambda: screens.effect(gw.leases, client, key)))
     except Unavailable:
         context["error"] = "The database does not answer: what is shown may be out of date."
         return _render("effect.html", request, context, status=503)
