@@ -1,6 +1,7 @@
 """The operators' console: server-rendered pages under ``/console`` (leases,
-effects, fence rejections, queues), a little JavaScript that refreshes them
-in place, and two actions (resolve an unknown effect, replay a dead job).
+effects and a page per effect, fence rejections, queues; each list filtered
+and paged), a little JavaScript that refreshes them in place, and two
+actions, each confirmed (resolve an unknown effect, replay a dead job).
 Also ``/docs``, the API reference of ``/openapi.json`` (Redoc, vendored).
 
 These are HTML routes for people, kept apart from the JSON API's route table
@@ -165,6 +166,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     api_key = str(form.get("api_key", "")).strip()
     misformed = _misformed_key(api_key)
     if misformed:  # said from the text alone: tells nothing about which keys exist
+        log.warning("console login refused: no key, or a broken paste", extra={"peer": source})
         return _render("login.html", request, {"error": misformed}, status=400)
     client = session.operator_for_key(_gw(request).config, api_key)
     if client is None:
