@@ -81,3 +81,12 @@ def test_no_value_under_a_secret_name_survives(value: Any) -> None:
     assert _secrets_under_names(out) == [MASK] * len(_secrets_under_names(out))
     assert SECRET not in json.dumps(out)
     assert redact(out) == out  # idempotent: blanking twice changes nothing
+
+
+@given(names, st.from_regex(r"[A-Z0-9]{6,20}", fullmatch=True),
+       st.sampled_from([")", "]", "}", ",", ";", " ", ""]), st.sampled_from(["=", ": ", " = "]))
+def test_a_secret_in_text_is_blanked_up_to_its_end(name: str, value: str, close: str,
+                                                    sep: str) -> None:
+    """Only the value goes: the name, the separator and whatever closes it stay."""
+    text = f"RuntimeError: refused ({name}{sep}{value}{close} after 3 tries"
+    assert redact(text) == f"RuntimeError: refused ({name}{sep}{MASK}{close} after 3 tries"
