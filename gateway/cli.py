@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import importlib.metadata
 import logging
 import os
@@ -133,8 +134,16 @@ def _effects(args: argparse.Namespace) -> int:
     return leases_cli.run_with_pool(run)
 
 
+def _operator() -> str:
+    """Who resolves from the command line, as the resolution records it."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no name for this uid (a container's)
+        return f"cli:uid {os.getuid()}"
+
+
 async def _resolve(args: argparse.Namespace, ledger: Ledger) -> int:
-    ok = await ledger.resolve(args.client, args.key, args.outcome)
+    ok = await ledger.resolve(args.client, args.key, args.outcome, operator=_operator())
     reason = None
     if ok:
         text = f"{args.key}: resolved as {args.outcome}"

@@ -259,11 +259,15 @@ class Ledger:
         rows = await self.db.fetch("list_effects", client, state, limit, RESOLVE_GRACE_SECONDS)
         return [effect_view(r) for r in rows]
 
-    async def resolve(self, client: str, key: str, outcome: str) -> bool:
+    async def resolve(self, client: str, key: str, outcome: str,
+                      operator: str | None = None) -> bool:
         """Settle an unknown effect; False if it is not unknown, or its last
-        attempt's deadline (plus a grace) has not passed yet."""
+        attempt's deadline (plus a grace) has not passed yet. The resolution
+        is recorded (fencegate_resolutions) with ``operator``, the resolving
+        client's name."""
         name = "resolve_effect_sent" if outcome == "sent" else "resolve_effect_not_sent"
-        return await self.db.fetchrow(name, client, key, RESOLVE_GRACE_SECONDS) is not None
+        return await self.db.fetchrow(name, client, key, RESOLVE_GRACE_SECONDS,
+                                      operator) is not None
 
     async def purge(self, retention_seconds: float, batch: int = 1000) -> int:
         """Delete finished effects past retention, in batches until caught up;

@@ -290,7 +290,7 @@ async def resolve_effect(request: web.Request) -> web.StreamResponse:
     if outcome not in ("sent", "not_sent"):
         raise requests.bad("outcome", 'must be "sent" or "not_sent"')
     client = client_of(request).name
-    if not await gw.ledger.resolve(client, key, outcome):
+    if not await gw.ledger.resolve(client, key, outcome, operator=client):
         effect = await gw.ledger.show(client, key)
         if effect is None:
             raise Problem("not_found", "no effect with this Idempotency-Key for this client")

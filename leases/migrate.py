@@ -3,12 +3,13 @@
 Several processes may start at once; a session-level advisory lock makes the
 second wait for the first and then find nothing to do.
 
-The first release's schema is the baseline (``0001_baseline.sql``); every
-later migration is one step from it. A migration that has left the
-repository is never edited: each one's checksum is kept beside it, and a
-database whose applied migrations differ from this code's files (an edited
-migration, or a pre-release database made before the baseline) is refused
-with what to do, rather than migrated into something nobody wrote.
+Until the first release the schema is one migration, ``0001_baseline.sql``,
+changed in place; after it every change is a new migration, one step from
+the baseline, and a migration that has left the repository is never edited:
+each one's checksum is kept beside it, and a database whose applied
+migrations differ from this code's files (an edited migration, or a pre-
+release database made before the baseline) is refused with what to do,
+rather than migrated into something nobody wrote.
 
 Rolling upgrades: a migration is additive unless its file says otherwise
 (a line ``-- fencegate: breaks older code``): it adds tables, columns and
@@ -67,8 +68,10 @@ def mismatches(applied: list[tuple[int, str, str | None]],
                     "data you need and migrate an empty database")
         if digest != files[version][1]:
             return (f"migration {version} ({name}) differs from the one this database "
-                    "applied: a migration is never edited once it has left the repository "
-                    "(add a new one instead)")
+                    "applied: a migration is never edited once it has been released (add a "
+                    "new one instead). Before the first release the baseline changes in "
+                    "place: an embedded dev database holds only local data, delete its "
+                    "folder (.fencegate/pgdata) and run again")
     return None
 
 

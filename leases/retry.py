@@ -4,21 +4,14 @@ sanitising errors before they are stored. The random source is an argument."""
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
+
+from .redact import redact
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_BACKOFF_BASE_SECONDS = 1.0
 DEFAULT_BACKOFF_CAP_SECONDS = 3600.0
 MAX_ERROR_LENGTH = 2000
-
-_SECRETS = [
-    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # credentials in URLs and DSNs
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
-    (re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|authorization)"
-                r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&]+)"), r"\1\2***"),
-    (re.compile(r"\b(sk|pk|rk|whsec|fg_dev)_[A-Za-z0-9_-]{8,}"), r"\1_***"),
-]
 
 
 @dataclass(frozen=True)
@@ -57,11 +50,9 @@ class RetryPolicy:
 
 def sanitize_error(error: BaseException | str) -> str:
     """One bounded line for ``last_error``: the type and message, with
-    credentials, tokens and keys blanked."""
+    credentials, tokens and keys blanked (leases/redact.py)."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    text = " ".join(text.split())
+    text = " ".join(redact(text).split())
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 1] + "…"
     return text

@@ -1,6 +1,7 @@
 """The operators' console: server-rendered pages under ``/console`` (leases,
-effects, fence rejections, queues), a little JavaScript that refreshes them
-in place, and two actions (resolve an unknown effect, replay a dead job).
+effects and a page per effect, fence rejections, queues; each list filtered
+and paged), a little JavaScript that refreshes them in place, and two
+actions, each confirmed (resolve an unknown effect, replay a dead job).
 Also ``/docs``, the API reference of ``/openapi.json`` (Redoc, vendored).
 
 These are HTML routes for people, kept apart from the JSON API's route table
@@ -21,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import aiohttp_jinja2
 import jinja2
@@ -74,8 +75,29 @@ NOTICES = {
     "no_such_effect": "No such effect.",
     "replayed": "Replayed: the job is back in its queue, its attempts reset.",
     "not_dead": "That job is not dead any more.",
+    "confirm": "Nothing was done: tick the confirmation box first.",
     "refused": "That action was refused (an expired page?): reload and try again.",
 }
+
+
+#: one answer for an unknown key and for a key of a client that is no operator:
+#: the page must not tell which keys exist
+LOGIN_REFUSED = ("That key does not open the console. Check it for a typo (keys are "
+                 "case-sensitive; paste the whole key), and that it is the key of a client "
+                 'with role = "operator" in the gateway\'s configuration: other clients\' '
+                 "keys are refused too.")
+
+
+def _misformed_key(api_key: str) -> str | None:
+    """What is wrong with a pasted key, from its text alone; None if nothing."""
+    if not api_key:
+        return "Paste your operator's API key in the field, then log in."
+    if any(c.isspace() for c in api_key):
+        return ("The key has a space or line break in it: API keys have none. "
+                "Paste it again, in one piece.")
+    if not api_key.isprintable():
+        return "The key has a character that cannot be typed in it: paste it again."
+    return None
 
 
 def _secured(response: web.StreamResponse, csp: str = CSP) -> web.StreamResponse:
@@ -141,14 +163,16 @@ async def login(request: web.Request) -> web.StreamResponse:
             "error": "Too many failed logins: try again later."}, status=429)
         refused.headers[RETRY_AFTER] = retry_after_header(wait)
         return refused
-    api_key = str(form.get("api_key", ""))
-    client = session.operator_for_key(_gw(request).config, api_key) if api_key else None
+    api_key = str(form.get("api_key", "")).strip()
+    misformed = _misformed_key(api_key)
+    if misformed:  # said from the text alone: tells nothing about which keys exist
+        log.warning("console login refused: no key, or a broken paste", extra={"peer": source})
+        return _render("login.html", request, {"error": misformed}, status=400)
+    client = session.operator_for_key(_gw(request).config, api_key)
     if client is None:
         failures = throttle.failed(source, now)
         log.warning("console login refused", extra={"peer": source, "failures": failures})
-        return _render("login.html", request, {
-            "error": "Not an operator's API key. Only clients configured with "
-                     'role = "operator" may use the console.'}, status=403)
+        return _render("login.html", request, {"error": LOGIN_REFUSED}, status=403)
     throttle.succeeded(source)
     response = web.HTTPSeeOther("/console")
     session.start(response, request, client, api_key)
@@ -190,13 +214,46 @@ async def screen(request: web.Request) -> web.StreamResponse:
         "part": bool(request.query.get("part")), "error": None,
         "dropped": gw.rejections.dropped if gw.rejections else 0,
     }
+    query = {k: v for k, v in request.query.items() if k not in ("notice", "part")}
     try:
         context.update(await request.app[CACHE_KEY].get(
-            name, lambda: SCREENS[name](gw.leases)))
+            f"{name}?{urlencode(sorted(query.items()))}",
+            lambda: SCREENS[name](gw.leases, query)))
+    except screens.BadFilter as e:
+        context["error"] = f"That filter cannot be read: {e}."
+        return _render(f"{name}.html", request, context, status=400)
     except Unavailable:
         context["error"] = "The database does not answer: what is shown may be out of date."
         return _render(f"{name}.html", request, context, status=503)
     return _render(f"{name}.html", request, context)
+
+
+async def effect(request: web.Request) -> web.StreamResponse:
+    """One effect's page: ``/console/effect?client=...&key=...`` (a key may
+    hold any character, so it goes in the query, not the path)."""
+    sess, operator = _operator(request)
+    gw = _gw(request)
+    client, key = request.query.get("client", ""), request.query.get("key", "")
+    context: dict[str, Any] = {
+        "screen": "effects", "title": f"Effect {key}", "titles": TITLES,
+        "operator": operator.name, "csrf": sess.csrf(request.app[session.SECRET_KEY]),
+        "notice": NOTICES.get(request.query.get("notice", "")),
+        "part": bool(request.query.get("part")), "error": None,
+    }
+    try:
+        context.update(await request.app[CACHE_KEY].get(
+            "effect?" + urlencode({"client": client, "key": key}),
+            lambda: screens.effect(gw.leases, client, key)))
+    except Unavailable:
+        context["error"] = "The database does not answer: what is shown may be out of date."
+        return _render("effect.html", request, context, status=503)
+    found = context["e"] is not None or context["resolutions"]
+    return _render("effect.html", request, context, status=200 if found else 404)
+
+
+def effect_url(client: str, key: str, notice: str | None = None) -> str:
+    query = {"client": client, "key": key} | ({"notice": notice} if notice else {})
+    return "/console/effect?" + urlencode(query)
 
 
 # ---- actions --------------------------------------------------------------------------
@@ -222,8 +279,10 @@ async def resolve(request: web.Request) -> web.StreamResponse:
     client, key, outcome = (str(form.get(k, "")) for k in ("client", "key", "outcome"))
     if outcome not in ("sent", "not_sent"):
         raise web.HTTPSeeOther("/console/effects?notice=refused")
+    if form.get("confirm") != "yes":
+        raise web.HTTPSeeOther(effect_url(client, key, "confirm"))
     gw = _gw(request)
-    if await gw.ledger.resolve(client, key, outcome):
+    if await gw.ledger.resolve(client, key, outcome, operator=operator.name):
         notice = f"resolved_{outcome}"
     else:
         effect = await gw.ledger.show(client, key)
@@ -238,7 +297,7 @@ async def resolve(request: web.Request) -> web.StreamResponse:
              client, outcome, notice, extra={
                  "operator": operator.name, "action": "resolve", "client": client,
                  "key": key, "outcome": outcome, "result": notice})
-    raise web.HTTPSeeOther(f"/console/effects?notice={notice}")
+    raise web.HTTPSeeOther(effect_url(client, key, notice))
 
 
 async def replay(request: web.Request) -> web.StreamResponse:
@@ -246,6 +305,8 @@ async def replay(request: web.Request) -> web.StreamResponse:
     if checked is None:
         raise web.HTTPSeeOther("/console/queues?notice=refused")
     operator, form = checked
+    if form.get("confirm") != "yes":
+        raise web.HTTPSeeOther("/console/queues?notice=confirm")
     try:
         queue = Queue(_gw(request).leases, str(form.get("queue", "")))
         job_id = int(str(form.get("id", "")))
@@ -300,6 +361,7 @@ def mount(app: web.Application) -> None:
     app.router.add_post("/console/logout", logout)
     app.router.add_post("/console/effects/resolve", resolve)
     app.router.add_post("/console/jobs/replay", replay)
+    app.router.add_get("/console/effect", effect, allow_head=False)
     app.router.add_get("/console/static/{name}", static, allow_head=False)
     app.router.add_get("/console/{screen}", screen, allow_head=False)
     app.router.add_get("/docs", docs)  # and HEAD

@@ -12,11 +12,13 @@ import asyncio
 import datetime as dt
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from leases import LeaseClient
+from leases.redact import redact
 
 from ..ledger import RESOLVE_GRACE_SECONDS
 from ..wire import FENCE_REFUSALS
@@ -28,7 +30,17 @@ RECENT_LEASES_SECONDS = 3600.0
 EFFECT_COUNTS_SECONDS = 3600.0
 REJECTIONS_SECONDS = 3600.0
 ROWS = 50
+#: the most rows a page may ask for (``per``), and the deepest page
+MAX_PER_PAGE = 200
+MAX_PAGE = 1000
+#: a process keeps at most this many filtered views
+MAX_CACHED = 200
+EFFECT_STATES = ("succeeded", "failed", "unknown", "in_flight")
+JOB_STATES = ("queued", "claimed", "completed", "dead")
 REASONS = tuple(sorted(FENCE_REFUSALS))
+#: a worker acting under a lease it held once and lost; the other reasons
+#: (no_lease, invalid_fence) are fences no claim issued: a bug or a forgery
+ZOMBIE_REASONS = ("lease_expired", "stale_fence")
 
 
 @dataclass
@@ -46,6 +58,8 @@ class Cache:
             if found is not None and time.monotonic() - found[0] < FRESH_SECONDS:
                 return found[1]
             data = await read()
+            if len(self.entries) >= MAX_CACHED:
+                self.entries.clear()
             self.entries[name] = (time.monotonic(), data)
             return data
 
@@ -58,8 +72,76 @@ def _rows(records: list[Any]) -> list[dict[str, Any]]:
     return [dict(r) for r in records]
 
 
-async def leases(db: LeaseClient) -> dict[str, Any]:
-    rows = _rows(await db.fetch("recent_leases", ROWS, RECENT_LEASES_SECONDS))
+# ---- filters and pages, from a screen's query string ----------------------------------
+
+class BadFilter(ValueError):
+    """A filter that cannot be read: the page says which and why (400)."""
+
+
+def _text(query: Mapping[str, str], name: str) -> str | None:
+    value = query.get(name, "").strip()
+    if len(value) > 255:
+        raise BadFilter(f"{name}: at most 255 characters")
+    return value or None
+
+
+def _choice(query: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str | None:
+    value = _text(query, name)
+    if value is not None and value not in allowed:
+        raise BadFilter(f"{name}: one of {', '.join(allowed)}")
+    return value
+
+
+def _time(query: Mapping[str, str], name: str) -> dt.datetime | None:
+    value = _text(query, name)
+    if value is None:
+        return None
+    try:
+        at = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise BadFilter(f"{name}: a time like 2025-11-30T09:18:04Z (UTC, RFC 3339)") from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
+
+
+def _int(query: Mapping[str, str], name: str, default: int, top: int) -> int:
+    value = _text(query, name)
+    if value is None:
+        return default
+    if not value.isdigit() or not 1 <= int(value) <= top:
+        raise BadFilter(f"{name}: a whole number from 1 to {top}")
+    return int(value)
+
+
+def _paged(query: Mapping[str, str], path: str, rows: list[dict[str, Any]], page: int,
+           per: int) -> dict[str, Any]:
+    """The page's rows (one more was read, to know whether a next page
+    exists) and links to the pages before and after, filters kept."""
+    kept = {k: v for k, v in query.items() if k not in ("page", "notice", "part") and v}
+
+    def link(n: int) -> str:
+        return f"{path}?{urlencode({**kept, 'page': n})}" if n > 1 or kept else path
+
+    return {"rows": rows[:per], "page": page,
+            "newer": link(page - 1) if page > 1 else None,
+            "older": link(page + 1) if len(rows) > per else None}
+
+
+def _page(query: Mapping[str, str]) -> tuple[int, int]:
+    return _int(query, "page", 1, MAX_PAGE), _int(query, "per", ROWS, MAX_PER_PAGE)
+
+
+async def leases(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
+    status = _choice(query, "status", ("live", "ended"))
+    resource = _text(query, "resource")
+    page, per = _page(query)
+    filtered = bool(status or resource or "page" in query or "per" in query)
+    if filtered:
+        rows = _rows(await db.fetch("search_leases", resource, status, per + 1,
+                                    (page - 1) * per))
+    else:
+        rows = _rows(await db.fetch("recent_leases", per + 1, RECENT_LEASES_SECONDS))
+    paged = _paged(query, "/console/leases", rows, page, per)
+    rows = paged["rows"]
     open_ = _rows(await db.fetch("open_effects", ROWS, RESOLVE_GRACE_SECONDS))
     holding: dict[str, list[dict[str, Any]]] = {}
     for e in open_:
@@ -68,25 +150,79 @@ async def leases(db: LeaseClient) -> dict[str, Any]:
     for row in rows:
         row["holding"] = holding.get(row["resource"], [])
     return {"leases": rows, "live": sum(1 for r in rows if r["live"]),
-            "draining": sum(1 for r in rows if r["draining"]),
+            "draining": sum(1 for r in rows if r["draining"]), "pager": paged,
+            "filtered": filtered, "filters": {"status": status or "", "resource": resource or ""},
             "window_minutes": int(RECENT_LEASES_SECONDS // 60)}
 
 
-async def effects(db: LeaseClient) -> dict[str, Any]:
+async def effects(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
+    filters = {"key": _text(query, "key"), "resource": _text(query, "resource"),
+               "state": _choice(query, "state", EFFECT_STATES),
+               "provider": _text(query, "provider"),
+               "since": _time(query, "since"), "until": _time(query, "until")}
+    page, per = _page(query)
+    found = _rows(await db.fetch(
+        "search_effects", filters["key"], filters["resource"], filters["state"],
+        filters["provider"], filters["since"], filters["until"], per + 1, (page - 1) * per,
+        RESOLVE_GRACE_SECONDS))
+    paged = _paged(query, "/console/effects", found, page, per)
     counts = {r["state"]: r["effects"]
               for r in await db.fetch("effect_counts", EFFECT_COUNTS_SECONDS)}
     open_ = _rows(await db.fetch("open_effects", ROWS, RESOLVE_GRACE_SECONDS))
     recent = _rows(await db.fetch("recent_effects", ROWS))
+    resolved = _rows(await db.fetch("recent_resolutions", ROWS))
+    for e in (*open_, *recent, *resolved, *paged["rows"]):
+        e["summary"] = redact(e["summary"])
     return {"counts": {s: counts.get(s, 0) for s in ("succeeded", "failed", "unknown",
                                                       "in_flight")},
             "unknown": [e for e in open_ if e["state"] == "unknown"],
             "in_flight": [e for e in open_ if e["state"] == "in_flight"],
-            "recent": recent, "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
+            "recent": recent, "resolved": resolved, "found": paged["rows"], "pager": paged,
+            "filters": {k: query.get(k, "") for k in filters}, "states": EFFECT_STATES,
+            "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
 
 
-async def rejections(db: LeaseClient) -> dict[str, Any]:
+async def effect(db: LeaseClient, client: str, key: str) -> dict[str, Any]:
+    """One effect's page: its ledger row (None once gone), its resolutions, the
+    current lease row of its resource and the rejections recorded on it."""
+    row = await db.fetchrow("effect_detail", client, key, RESOLVE_GRACE_SECONDS)
+    e = dict(row) if row is not None else None
+    resolutions = _rows(await db.fetch("effect_resolutions", client, key))
+    for r in resolutions:
+        r["summary"] = redact(r["summary"])
+    resource = e["resource"] if e else resolutions[0]["resource"] if resolutions else None
+    if e is not None:
+        e["summary"] = redact(e["summary"])
+        e["response_headers"] = redact(_decoded(e["response_headers"]))
+        body = e["response_body"]
+        e["response_body"] = redact(_body_text(body)) if body else None
+    lease = await db.fetchrow("show_lease", resource) if resource else None
+    return {"client": client, "key": key, "e": e, "resolutions": resolutions,
+            "resource": resource, "lease": dict(lease) if lease else None,
+            "rejections": _rows(await db.fetch("resource_rejections", resource, ROWS))
+            if resource else []}
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _body_text(body: bytes) -> Any:
+    """A stored answer's body as the page shows it: decoded JSON (so its
+    secret-looking fields are blanked by name), else text."""
+    text = body.decode("utf-8", "replace")
+    try:
+        return json.dumps(redact(json.loads(text)), sort_keys=True)
+    except ValueError:
+        return text
+
+
+async def rejections(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
     by_minute = await db.fetch("rejections_by_minute", REJECTIONS_SECONDS)
-    resources = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS))
+    resources = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS,
+                                     list(ZOMBIE_REASONS)))
+    others = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS,
+                                  [r for r in REASONS if r not in ZOMBIE_REASONS]))
     totals: dict[tuple[str, str], int] = {}
     for r in by_minute:
         key = (r["provider"], r["reason"])
@@ -94,24 +230,31 @@ async def rejections(db: LeaseClient) -> dict[str, Any]:
     return {"chart": chart(by_minute, time.time()),
             "totals": [{"provider": p, "reason": why, "rejections": n}
                        for (p, why), n in sorted(totals.items())],
-            "total": sum(totals.values()), "resources": resources,
+            "total": sum(totals.values()), "resources": resources, "others": others,
             "window_minutes": int(REJECTIONS_SECONDS // 60)}
 
 
-async def queues(db: LeaseClient) -> dict[str, Any]:
+async def queues(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
     depths: dict[str, dict[str, int]] = {}
     for r in await db.fetch("queue_depths"):
         depths.setdefault(r["queue"], {})[r["state"]] = r["jobs"]
     oldest = {r["queue"]: dict(r) for r in await db.fetch("oldest_runnable_jobs")}
-    dead = _rows(await db.fetch("dead_jobs", ROWS))
-    for job in dead:
-        job["payload"] = json.loads(job["payload"])
+    state = _choice(query, "state", JOB_STATES) or "dead"
+    queue = _text(query, "queue")
+    page, per = _page(query)
+    paged = _paged(query, "/console/queues", _rows(await db.fetch(
+        "search_jobs", queue, state, per + 1, (page - 1) * per)), page, per)
+    jobs = paged["rows"]
+    for job in jobs:
+        job["payload"] = redact(json.loads(job["payload"]))
+        job["last_error"] = redact(job["last_error"])
     names = sorted(set(depths) | set(oldest))
     return {"queues": [{"name": q, "depth": {s: depths.get(q, {}).get(s, 0)
                                              for s in ("queued", "scheduled", "claimed",
                                                        "dead")},
                         "oldest": oldest.get(q)} for q in names],
-            "dead": dead}
+            "jobs": jobs, "pager": paged, "states": JOB_STATES,
+            "filters": {"state": state, "queue": queue or ""}}
 
 
 # ---- the rejections chart, drawn on the server --------------------------------------

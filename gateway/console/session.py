@@ -136,12 +136,13 @@ def end(response: web.StreamResponse) -> None:
 
 def same_origin(request: web.Request) -> bool:
     """A POST made by the console's own pages (browsers send ``Origin`` on
-    every POST; ``Sec-Fetch-Site`` where they do not)."""
+    every POST; ``Sec-Fetch-Site`` where they do not). A POST naming neither
+    is refused: it did not come from a browser showing the console."""
     origin = request.headers.get("Origin")
     if origin is not None and origin != "null":  # the host only: a TLS proxy's scheme differs
         return urlsplit(origin).netloc == request.host
     # no Origin, or "null" (a page whose referrer policy hides it)
-    return request.headers.get("Sec-Fetch-Site", "same-origin") == "same-origin"
+    return request.headers.get("Sec-Fetch-Site") == "same-origin"
 
 
 def csrf_ok(session: Session, secret: bytes, token: str | None) -> bool:

@@ -73,20 +73,45 @@ SELECT idempotency_key, client, resource, fence, provider,
 -- name: resolve_effect_sent
 -- An operator settles an effect whose outcome was unknown: it was delivered.
 -- Only once its last attempt's deadline (plus $3 seconds) has passed: before
--- that, a gateway may still be sending it.
-UPDATE fencegate_effects
-   SET state = 'succeeded', response_status = coalesce(response_status, 200),
-       summary = 'resolved by an operator: sent', attempt = NULL,
-       updated_at = clock_timestamp()
- WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
-   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
+-- that, a gateway may still be sending it. Recorded in fencegate_resolutions
+-- with $4, the resolving operator's client name (or NULL), and the summary the
+-- effect had before.
+WITH old AS (
+    SELECT id, summary FROM fencegate_effects
+     WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
+       AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
+       FOR UPDATE
+), done AS (
+    UPDATE fencegate_effects e
+       SET state = 'succeeded', response_status = coalesce(response_status, 200),
+           summary = 'resolved by an operator: sent', attempt = NULL,
+           updated_at = clock_timestamp()
+      FROM old
+     WHERE e.id = old.id
+    RETURNING e.client, e.idempotency_key, e.resource, e.fence, e.provider, e.attempts,
+              e.created_at, old.summary
+)
+INSERT INTO fencegate_resolutions (client, idempotency_key, resource, fence, provider,
+                                   outcome, operator, attempts, effect_created_at, summary)
+SELECT client, idempotency_key, resource, fence, provider, 'sent', $4::text, attempts,
+       created_at, summary
+  FROM done
 RETURNING idempotency_key;
 
 -- name: resolve_effect_not_sent
--- ... or it was not: the key is free again (same condition).
-DELETE FROM fencegate_effects
- WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
-   AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
+-- ... or it was not: the key is free again (same condition, same record).
+WITH done AS (
+    DELETE FROM fencegate_effects
+     WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
+       AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
+    RETURNING client, idempotency_key, resource, fence, provider, attempts, created_at,
+              summary
+)
+INSERT INTO fencegate_resolutions (client, idempotency_key, resource, fence, provider,
+                                   outcome, operator, attempts, effect_created_at, summary)
+SELECT client, idempotency_key, resource, fence, provider, 'not_sent', $4::text, attempts,
+       created_at, summary
+  FROM done
 RETURNING idempotency_key;
 
 -- name: purge_effects
@@ -152,3 +177,63 @@ SELECT idempotency_key, client, resource, fence, provider,
 -- The clients that hold an effect under this key (the CLI's `effects show KEY`
 -- without --client: one is the answer, several must be told apart).
 SELECT client FROM fencegate_effects WHERE idempotency_key = $1 ORDER BY client LIMIT 10;
+
+-- name: effect_detail
+-- One effect as the console's effect page shows it: show_effect's columns and
+-- what else the ledger keeps (the request's fingerprint, the provider's
+-- answer); $3 as in show_effect.
+SELECT idempotency_key, client, resource, fence, provider,
+       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
+            THEN 'unknown' ELSE state END AS state,
+       attempts, created_at, updated_at, deadline, retry_until, response_status,
+       response_headers, response_body, summary, encode(fingerprint, 'hex') AS fingerprint,
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $3::float8)
+                                                 - clock_timestamp()))::float8
+       END AS resolvable_in_seconds
+  FROM fencegate_effects
+ WHERE client = $1 AND idempotency_key = $2;
+
+-- name: effect_resolutions
+-- Every resolution of one client's key, the latest first.
+SELECT resolved_at, client, idempotency_key, resource, fence, provider, outcome, operator,
+       attempts, effect_created_at, summary
+  FROM fencegate_resolutions
+ WHERE client = $1 AND idempotency_key = $2
+ ORDER BY resolved_at DESC, id DESC;
+
+-- name: recent_resolutions
+-- The $1 latest resolutions of every client.
+SELECT resolved_at, client, idempotency_key, resource, fence, provider, outcome, operator,
+       attempts, effect_created_at, summary
+  FROM fencegate_resolutions
+ ORDER BY resolved_at DESC, id DESC
+ LIMIT $1;
+
+-- name: search_effects
+-- For the console's search: effects whose key starts with $1, resource starts
+-- with $2, in state $3 ('unknown' includes in_flight past its deadline), of
+-- provider $4, first admitted at or after $5 and before $6 (each NULL: any),
+-- the newest first, $7 from the $8th; $9 as $3 of show_effect. Bounded by
+-- its LIMIT; a filter that matches little may scan much of the table.
+SELECT idempotency_key, client, resource, fence, provider,
+       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
+            THEN 'unknown' ELSE state END AS state,
+       attempts, created_at, updated_at, deadline, response_status, summary,
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $9::float8)
+                                                 - clock_timestamp()))::float8
+       END AS resolvable_in_seconds
+  FROM fencegate_effects
+ WHERE ($1::text IS NULL OR starts_with(idempotency_key, $1))
+   AND ($2::text IS NULL OR starts_with(resource, $2))
+   AND ($3::text IS NULL
+        OR ($3 = 'unknown' AND (state = 'unknown'
+                                OR (state = 'in_flight' AND deadline <= clock_timestamp())))
+        OR ($3 = 'in_flight' AND state = 'in_flight' AND deadline > clock_timestamp())
+        OR ($3 NOT IN ('unknown', 'in_flight') AND state = $3))
+   AND ($4::text IS NULL OR provider = $4)
+   AND ($5::timestamptz IS NULL OR created_at >= $5)
+   AND ($6::timestamptz IS NULL OR created_at < $6)
+ ORDER BY id DESC
+ LIMIT $7 OFFSET $8;

@@ -248,11 +248,12 @@ SELECT DISTINCT ON (queue) queue, id, run_at,
  WHERE state = 'queued' AND run_at <= clock_timestamp()
  ORDER BY queue, run_at, id;
 
--- name: dead_jobs
--- The $1 latest dead jobs of every queue, with their last error.
-SELECT id, queue, payload, attempts, max_attempts, finished_at, last_error, ordering_key,
-       dedupe_key
+-- name: search_jobs
+-- For the console: jobs of queue $1 in state $2 ('queued' includes those
+-- scheduled later; each NULL: any), the newest first, $3 from the $4th.
+SELECT id, queue, state, payload, attempts, max_attempts, run_at, finished_at, last_error,
+       ordering_key, dedupe_key
   FROM fencegate_jobs
- WHERE state = 'dead'
- ORDER BY finished_at DESC, id DESC
- LIMIT $1;
+ WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)
+ ORDER BY id DESC
+ LIMIT $3 OFFSET $4;

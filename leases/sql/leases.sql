@@ -60,3 +60,16 @@ SELECT resource, owner, fence, claimed_at, expires_at,
     OR (inflight > 0 AND drain_until > clock_timestamp())
  ORDER BY claimed_at DESC
  LIMIT $1;
+
+-- name: search_leases
+-- For the console's search: lease rows whose resource starts with $1 (NULL:
+-- any), $2 'live' or 'ended' (NULL: both), however long ago they ended, the
+-- latest claims first, $3 from the $4th.
+SELECT resource, owner, fence, claimed_at, expires_at,
+       expires_at > clock_timestamp() AS live, inflight, drain_until,
+       inflight > 0 AND drain_until > clock_timestamp() AS draining
+  FROM fencegate_leases
+ WHERE ($1::text IS NULL OR starts_with(resource, $1))
+   AND ($2::text IS NULL OR ($2 = 'live') = (expires_at > clock_timestamp()))
+ ORDER BY claimed_at DESC, resource
+ LIMIT $3 OFFSET $4;

@@ -32,15 +32,26 @@ SELECT date_bin('1 minute', at, timestamptz '2000-01-01') AS minute, reason, pro
  ORDER BY 1, 2, 3;
 
 -- name: rejected_resources
--- Which resources the zombies were on in the last $1 seconds, the latest first
--- (at most $2): how often, why, by which clients, the highest fence refused
--- and the current fence then.
+-- Which resources were refused in the last $1 seconds for one of the reasons
+-- $3 (the zombies': stale_fence, lease_expired; or the others), the latest
+-- first (at most $2): how often, why, by which clients, the key of the latest
+-- refused request, the highest fence refused and the current fence then.
 SELECT resource, count(*) AS rejections, max(at) AS last_at,
        array_agg(DISTINCT reason ORDER BY reason) AS reasons,
        array_agg(DISTINCT client ORDER BY client) AS clients,
+       (array_agg(idempotency_key ORDER BY at DESC))[1] AS last_key,
        max(fence) AS fence, max(current_fence) AS current_fence
   FROM fencegate_rejections
  WHERE at > clock_timestamp() - make_interval(secs => $1::float8)
+   AND reason = ANY($3::text[])
  GROUP BY resource
  ORDER BY last_at DESC
+ LIMIT $2;
+
+-- name: resource_rejections
+-- The $2 latest rejections recorded on resource $1 (the effect page).
+SELECT at, client, provider, reason, fence, current_fence, idempotency_key
+  FROM fencegate_rejections
+ WHERE resource = $1
+ ORDER BY at DESC
  LIMIT $2;

@@ -1,11 +1,11 @@
 -- The whole schema as it stands after the last migration, in one readable
--- place: migrations/ builds it (0001_baseline is the first release's schema,
--- each later file one step), this file says what it is. A test
+-- place: migrations/ builds it, this file says what it is. A test
 -- (tests/integration/test_schema.py) applies both to empty databases and
 -- checks they describe the same tables, columns, constraints, indexes,
--- functions and triggers: add a migration, change this file. A migration
--- that has left the repository is never edited: each one's checksum is kept
--- in fencegate_migrations, and an edited one is refused.
+-- functions and triggers. Until the first release the schema is one
+-- migration, 0001_baseline.sql, changed in place; after it every change is a
+-- new migration, and one that has left the repository is never edited: each
+-- one's checksum is kept in fencegate_migrations, and a changed one is refused.
 --
 -- Where is a fence checked? fencegate_admit_effect. Where is one issued?
 -- fencegate_claim_lease (both the lease API's claims and the queue's).
@@ -590,6 +590,30 @@ CREATE TABLE fencegate_rejections (
 );
 
 CREATE INDEX fencegate_rejections_at ON fencegate_rejections (at);
+CREATE INDEX fencegate_rejections_resource ON fencegate_rejections (resource, at);
+
+-- Who resolved an effect whose outcome was unknown, and when (0010): resolving
+-- it not_sent deletes its row in fencegate_effects (the key is free again), so
+-- each resolution is kept here, where the console lists and finds it by key.
+-- `operator` is the resolving client's name (NULL: a caller that named none).
+CREATE TABLE fencegate_resolutions (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    resolved_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    client           text        NOT NULL,
+    idempotency_key  text        NOT NULL,
+    resource         text        NOT NULL,
+    fence            bigint      NOT NULL,
+    provider         text        NOT NULL,
+    outcome          text        NOT NULL CHECK (outcome IN ('sent', 'not_sent')),
+    operator         text,
+    attempts         integer     NOT NULL,
+    effect_created_at timestamptz NOT NULL,
+    summary          text
+);
+
+CREATE INDEX fencegate_resolutions_key
+    ON fencegate_resolutions (client, idempotency_key, resolved_at);
+CREATE INDEX fencegate_resolutions_at ON fencegate_resolutions (resolved_at);
 
 -- ---- jobs: the work queue ------------------------------------------------------
 

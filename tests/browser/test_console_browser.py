@@ -1,7 +1,8 @@
 """The console in a real browser: Debian's headless Chromium, driven by
 Playwright for Python (`make console-check`). An operator logs in, sees a
-zombie's rejection appear without reloading, resolves an unknown effect and
-replays a dead job; every screen is photographed (docs/console.md shows them).
+zombie's rejection appear without reloading, finds effects, resolves an
+unknown effect from its page (the confirmation box required) and replays a
+dead job; every screen is photographed (docs/console.md shows them).
 Nothing is loaded from outside the gateway, and no Content-Security-Policy
 violation is reported."""
 
@@ -91,7 +92,8 @@ async def test_an_operator_at_work(gateway: tuple[str, Any], pool: asyncpg.Pool,
     old, _ = await _traffic(url, pool)
     await _unknown_effect(pool, "quote-7", past_deadline=True)
     q = Queue(LeaseClient(pool=pool), "outreach")
-    job_id = await q.enqueue({"lead": 42, "template": "welcome"}, max_attempts=1)
+    job_id = await q.enqueue({"lead": 42, "template": "welcome", "api_key": "sk_live_123"},
+                             max_attempts=1)
     await q.enqueue({"lead": 43, "template": "welcome"})
     [job] = await q.claim(limit=1)
     assert job.id == job_id
@@ -129,30 +131,43 @@ async def test_an_operator_at_work(gateway: tuple[str, Any], pool: asyncpg.Pool,
         await expect(page.locator("rect.bar.stale_fence")).to_have_count(1)
         await page.screenshot(path=shots / "rejections.png", full_page=True)
 
-        # resolve an unknown effect
+        # find an effect, then resolve an unknown one from its page
         await page.get_by_role("link", name="Effects").click()
+        await page.get_by_label("key starts with").fill("welcome-")
+        await page.get_by_role("button", name="Find").click()
+        await expect(page.locator("#found").get_by_text("agents/welcome-2")).to_be_visible()
         row = page.locator("#unknown tr", has_text="quote-7")
         await expect(row.get_by_text("timed out during DATA")).to_be_visible()
         await page.screenshot(path=shots / "effects.png", full_page=True)
-        await row.get_by_role("button", name="Resolve: sent").click()
+        await row.get_by_role("link", name="Check and resolve…").click()
+        await expect(page.locator("#attempts")).to_contain_text("timed out during DATA")
+        await page.get_by_label("sent: the provider acted").check()
+        await page.screenshot(path=shots / "effect.png", full_page=True)
+        await page.get_by_role("button", name="Resolve").click()  # the box is not ticked
+        assert await pool.fetchval("SELECT state FROM fencegate_effects "
+                                   "WHERE idempotency_key = 'quote-7'") == "unknown"
+        await page.get_by_label("I checked with the provider").check()
+        await page.get_by_role("button", name="Resolve").click()
         await expect(page.get_by_role("status")).to_contain_text("Resolved as sent")
-        await expect(page.locator("#unknown").get_by_text("nothing awaits")).to_be_visible()
+        await expect(page.locator("#resolutions")).to_contain_text("ops")
         assert await pool.fetchval("SELECT state FROM fencegate_effects "
                                    "WHERE idempotency_key = 'quote-7'") == "succeeded"
 
         # replay a dead job
         await page.get_by_role("link", name="Queues").click()
-        dead = page.locator("#dead tr", has_text="mailbox unavailable")
+        dead = page.locator("#jobs tr", has_text="mailbox unavailable")
         await expect(dead).to_be_visible()
         await page.screenshot(path=shots / "queues.png", full_page=True)
+        assert "sk_live_123" not in await page.content()  # the payload's secret, blanked
+        await dead.get_by_label("the cause is fixed").check()
         await dead.get_by_role("button", name="Replay").click()
         await expect(page.get_by_role("status")).to_contain_text("Replayed")
-        await expect(page.locator("#dead").get_by_text("No dead job")).to_be_visible()
+        await expect(page.locator("#jobs").get_by_text("No dead job")).to_be_visible()
         assert (await q.stats()).get("dead", 0) == 0
 
         # the API reference, drawn by the vendored Redoc
         await page.goto(url + "/docs")
-        await expect(page.get_by_text("Send one email through an SMTP provider").first
+        await expect(page.get_by_text("Send one email through an email provider").first
                      ).to_be_visible(timeout=WAIT_MS)
         await page.screenshot(path=shots / "docs.png")
         await browser.close()

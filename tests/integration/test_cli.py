@@ -288,6 +288,9 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
     resolved = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
                                        "agents", "--outcome", "sent")
     assert resolved.returncode == 0 and "resolved as sent" in resolved.stdout
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as p:  # who resolved it
+        assert (await p.fetchval("SELECT operator FROM fencegate_resolutions")).startswith(
+            "cli:")
     again = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
                                     "agents", "--outcome", "sent")
     assert again.returncode == 1

@@ -5,6 +5,7 @@ same screens in a real browser: tests/browser/."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -69,17 +70,27 @@ class Console:
         return self.server.app[GATEWAY]
 
 
-@pytest.fixture
-async def console(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
-                  webhook_sink: WebhookSink) -> AsyncIterator[Console]:
+@contextlib.asynccontextmanager
+async def open_console(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
+                       webhook_sink: WebhookSink) -> AsyncIterator[Console]:
+    """A gateway with an operator client, and a cookie-keeping HTTP session."""
     app = build_app(console_config(smtp_sink.port, webhook_sink.port), dsn,
                     migrate_on_start=False)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     http = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
-    yield Console(str(server.make_url("")).rstrip("/"), server, http, pool)
-    await http.close()
-    await server.close()
+    try:
+        yield Console(str(server.make_url("")).rstrip("/"), server, http, pool)
+    finally:
+        await http.close()
+        await server.close()
+
+
+@pytest.fixture
+async def console(dsn: str, pool: asyncpg.Pool, smtp_sink: SmtpSink,
+                  webhook_sink: WebhookSink) -> AsyncIterator[Console]:
+    async with open_console(dsn, pool, smtp_sink, webhook_sink) as c:
+        yield c
 
 
 async def test_only_operators_get_in_and_the_key_stays_out_of_urls(console: Console) -> None:
@@ -177,7 +188,7 @@ async def test_resolving_an_unknown_effect(console: Console,
     unknown = html[html.index('id="unknown"'):]
     assert "agents/quote-7" in unknown and "timed out during DATA" in unknown
     assert "resolvable in" in unknown  # quote-8: its deadline has not passed
-    form = {"client": "agents", "key": "quote-7", "outcome": "sent"}
+    form = {"client": "agents", "key": "quote-7", "outcome": "sent", "confirm": "yes"}
     # no CSRF token, a wrong one, another origin: refused, nothing changes
     for data, origin in ((form, None), ({**form, "csrf": "x"}, None),
                          ({**form, "csrf": await console.csrf()}, "https://evil.example")):
@@ -188,14 +199,15 @@ async def test_resolving_an_unknown_effect(console: Console,
     csrf = await console.csrf()
     with caplog.at_level(logging.INFO, logger="fencegate.console"):
         status, where = await console.post("/console/effects/resolve", {**form, "csrf": csrf})
-    assert where == "/console/effects?notice=resolved_sent"
+    assert where == "/console/effect?client=agents&key=quote-7&notice=resolved_sent"
     assert await console.pool.fetchval(
         "SELECT state FROM fencegate_effects WHERE idempotency_key = 'quote-7'") == "succeeded"
     [record] = [r for r in caplog.records if getattr(r, "action", None) == "resolve"]
     assert record.operator == "ops" and record.key == "quote-7"  # type: ignore[attr-defined]
     _, where = await console.post("/console/effects/resolve", {
-        "client": "agents", "key": "quote-8", "outcome": "not_sent", "csrf": csrf})
-    assert where == "/console/effects?notice=resolve_wait"
+        "client": "agents", "key": "quote-8", "outcome": "not_sent", "confirm": "yes",
+        "csrf": csrf})
+    assert where == "/console/effect?client=agents&key=quote-8&notice=resolve_wait"
     _, html, _ = await console.page(where)
     assert "may still be under way" in html
 
@@ -207,10 +219,10 @@ async def test_replaying_a_dead_job(console: Console) -> None:
     [job] = await q.claim()
     assert await q.fail(job, "SMTP 550 mailbox unavailable") == "dead"
     _, html, _ = await console.page("/console/queues")
-    dead = html[html.index('id="dead"'):]
+    dead = html[html.index('id="jobs"'):]  # dead jobs: the table's default
     assert "SMTP 550 mailbox unavailable" in dead and "lead@example.com" in dead
     _status, where = await console.post("/console/jobs/replay", {
-        "queue": "mail", "id": str(job_id), "csrf": await console.csrf()})
+        "queue": "mail", "id": str(job_id), "confirm": "yes", "csrf": await console.csrf()})
     assert where == "/console/queues?notice=replayed"
     assert (await q.stats()) == {"queued": 1}
     _, html, _ = await console.page("/console/queues?part=1")

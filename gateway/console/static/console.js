@@ -1,5 +1,6 @@
 // fencegate console: refresh the shown screen in place every few seconds, while
 // the tab is visible. The server renders the HTML; this only swaps it in.
+// Times are written as everywhere else (leases/formats.py): UTC, RFC 3339.
 (function () {
   "use strict";
   var main = document.querySelector("main[data-live]");
@@ -32,7 +33,7 @@
         main.innerHTML = html;
         last = html;
       }
-      say(r.ok ? "live, updated " + new Date().toLocaleTimeString()
+      say(r.ok ? "live, updated " + new Date().toISOString()
                : "database unreachable", !r.ok);
     } catch (e) {
       say("gateway unreachable", true);

@@ -1,7 +1,7 @@
--- The baseline: the schema of fencegate's first release, whole. Every later
--- migration is one step from here. Like every migration once it has left the
--- repository, this file is never edited (its checksum is kept in
--- fencegate_migrations, and a database refuses a migration that changed);
+-- The baseline: fencegate's schema, whole. Until the first release it is
+-- changed in place; from the release on it is never edited (its checksum is
+-- kept in fencegate_migrations, and a database refuses a migration that
+-- changed) and every change is a new migration, one step from here.
 -- leases/sql/schema.sql is where the current schema is read.
 --
 -- Where is a fence checked? fencegate_admit_effect. Where is one issued?
@@ -650,3 +650,32 @@ CREATE TRIGGER fencegate_jobs_notify
     AFTER INSERT ON fencegate_jobs
     REFERENCING NEW TABLE AS new_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION fencegate_jobs_notify();
+
+-- ---- resolutions ---------------------------------------------------------------
+
+-- Who resolved an effect whose outcome was unknown, and when. Resolving it
+-- not_sent deletes its row (the key is free again), so the record is kept
+-- here, apart from the ledger: the console lists and finds resolutions by key
+-- after the effect is gone. One row per resolution; `operator` is the
+-- resolving client's name (NULL: resolved by a caller that named none).
+-- Also an index for the effect page's rejections on one resource.
+
+CREATE TABLE fencegate_resolutions (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    resolved_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    client           text        NOT NULL,
+    idempotency_key  text        NOT NULL,
+    resource         text        NOT NULL,
+    fence            bigint      NOT NULL,
+    provider         text        NOT NULL,
+    outcome          text        NOT NULL CHECK (outcome IN ('sent', 'not_sent')),
+    operator         text,
+    attempts         integer     NOT NULL,
+    effect_created_at timestamptz NOT NULL,
+    summary          text
+);
+
+CREATE INDEX fencegate_resolutions_key
+    ON fencegate_resolutions (client, idempotency_key, resolved_at);
+CREATE INDEX fencegate_resolutions_at ON fencegate_resolutions (resolved_at);
+CREATE INDEX fencegate_rejections_resource ON fencegate_rejections (resource, at);
