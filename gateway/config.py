@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+from leases.database import DATABASE_URL_ENV
+
 from . import config_presets
 from .config_presets import AwsCredentials
 from .config_reader import Reader as _Reader
@@ -32,7 +34,7 @@ CONFLICT = 409
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-DEFAULT_DATABASE_URL_ENV = "FENCEGATE_DATABASE_URL"
+DEFAULT_DATABASE_URL_ENV = DATABASE_URL_ENV
 DEFAULT_TIMEOUT_SECONDS = 10.0
 DEFAULT_RATE_LIMIT_PER_SECOND = 50.0
 DEFAULT_HTTP_IDEMPOTENCY_HEADER = "Idempotency-Key"

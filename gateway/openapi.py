@@ -7,6 +7,8 @@ import importlib.metadata
 import re
 from typing import TYPE_CHECKING, Any, get_args
 
+from leases.policy import RESOURCE_PATTERN
+
 from .schemas import FIELDS, field
 from .wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY, PROBLEMS, RateLimitReason
 
@@ -19,13 +21,12 @@ GUARANTEE = (
     "granted, and one idempotency key leads to at most one provider action. Each effect "
     "names its lease (`Fence-Resource`, `Fence-Token`) and its `Idempotency-Key`; a "
     "zombie's is refused with 412. Exactly what holds, and on what it rests: "
-    "docs/gateway.md, section \"The guarantee, exactly\" (in the repository, and in "
-    "`make docs`).")
+    "docs/gateway.md, section \"The guarantee, exactly\", in the repository.")
 
 _EFFECT_HEADERS = [
     {"name": FENCE_RESOURCE, "in": "header", "required": True,
      "description": "The resource of the lease this effect is sent under.",
-     "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:/@-]{1,200}$",
+     "schema": {"type": "string", "pattern": f"^{RESOURCE_PATTERN.pattern}$",
                 "examples": ["lead:42"]}},
     {"name": FENCE_TOKEN, "in": "header", "required": True,
      "description": "The fence the claim of that lease returned: a zombie's older one is "

@@ -364,7 +364,7 @@ _EMAIL_SCHEMA = {
             }}},
     },
 }
-_RESOURCE = {"type": "string", "pattern": "^[A-Za-z0-9._:/@-]{1,200}$"}
+_RESOURCE = {"type": "string", "pattern": f"^{lease_policy.RESOURCE_PATTERN.pattern}$"}
 _FENCE = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 _TTL = {"type": "number", "minimum": lease_policy.MIN_TTL_SECONDS,
         "maximum": lease_policy.MAX_TTL_SECONDS}
