@@ -21,6 +21,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -247,5 +248,45 @@ async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
     await conn.settled.wait()
     late = [d for d in webhook_sink.deliveries if d.headers.get("Fence-Token") == str(lease.fence)]
     assert late == [], "the dead gateway's request reached the provider after F+1"
+    assert conn.ending == "reset"
+    assert conn.forwarded < BODY_BYTES
+
+
+async def test_a_gateway_stopped_across_its_deadline_completes_nothing_after_f1(
+    dsn: str, pool: asyncpg.Pool, tmp_path: Path, http_link: SlowLink, webhook_sink: WebhookSink,
+) -> None:
+    """The gateway process is SIGSTOPped while its 400 kB request is on its
+    way, and stays stopped past its deadline until F+1 is granted ("the one
+    assumption": its timer cannot fire). Its kernel goes on sending what it
+    holds; on SIGCONT the event loop writes once more before the reset.
+    Both are bounded (docs/gateway.md, "The one assumption"): far less than
+    the request, so the provider never gets fence F's request whole."""
+    proc, url = await _serve(tmp_path, dsn, http_link)
+    try:
+        lease = await LeaseClient(pool=pool, owner="worker-a").claim("run:A", ttl=1)
+        assert lease is not None
+        headers = {"Authorization": "Bearer k", "Fence-Resource": lease.resource,
+                   "Fence-Token": str(lease.fence), "Idempotency-Key": "stopped-gw-1"}
+        async with aiohttp.ClientSession() as http:
+            sending = asyncio.create_task(
+                http.post(url + "/v1/http/slowhook/x", headers=headers, data=b"x" * BODY_BYTES))
+            while not (http_link.conns and http_link.conns[0].forwarded > 0):
+                assert not sending.done(), "the request ended before it was under way"
+                await asyncio.sleep(0.01)
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                await _claim_after(LeaseClient(pool=pool, owner="worker-b"), "run:A")
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            with contextlib.suppress(aiohttp.ClientError):
+                (await sending).release()
+    finally:
+        proc.kill()
+        proc.wait()
+    [conn] = http_link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    late = [d for d in webhook_sink.deliveries if d.headers.get("Fence-Token") == str(lease.fence)]
+    assert late == [], "the stopped gateway's request reached the provider after F+1"
     assert conn.ending == "reset"
     assert conn.forwarded < BODY_BYTES
