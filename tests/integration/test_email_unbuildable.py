@@ -84,3 +84,21 @@ async def test_an_unbuildable_email_reserves_nothing(gw: Gw, where: str, ch: str
     assert status == 200, body
     assert "Idempotent-Replayed" not in headers
     assert len(gw.smtp.deliveries) == 1
+
+
+@pytest.mark.parametrize("filename", [
+    "=?utf-8?q?..=2F..=2F.bashrc?=",
+    "=?utf-8?b?" + base64.b64encode(b"..\\..\\autoexec.bat").decode() + "?=",
+    '=?utf-8?q?a=22_b.pdf?=',
+])
+async def test_an_encoded_filename_is_held_to_the_plain_filename_rule(
+        gw: Gw, filename: str) -> None:
+    """A filename may not hold a path separator or a quote; receivers decode
+    an encoded word in it (the email package's get_filename() reads
+    "../../.bashrc"), so what it decodes to is held to the same rule."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.email(lease, "k-fn", body=_attachment(filename))
+    assert status == 400 and body["code"] == "bad_request", body
+    assert gw.smtp.deliveries == []
+    assert await gw.effect_state("k-fn") is None

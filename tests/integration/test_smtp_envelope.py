@@ -41,3 +41,38 @@ async def test_a_display_name_holding_another_address_is_refused(
     assert status == 400 and body["code"] == "bad_request", body
     assert gw.smtp.deliveries == []
     assert await gw.effect_state("k-name") is None
+
+
+@pytest.mark.parametrize("field,value", [
+    # "boss@victim.example" in an encoded word: the built To header reads as
+    # that address alone (policy.default), and Resend gets the word as it is
+    ("to", ["=?utf-8?q?boss=40victim.example?= <team@corp.example>"]),
+    # a comma and another address: the To header lists evil@evil.example
+    ("to", ["=?utf-8?q?x=2C_evil=40evil.example=2C?= <team@corp.example>"]),
+    ("cc", ["=?utf-8?b?PGV2aWxAZXZpbC5leGFtcGxlPiw=?= <team@corp.example>"]),
+    ("from", "=?UTF-8?Q?ceo=40bank.example?= <agent@example.com>"),
+    ("reply_to", "=?utf-8?q?Team=3A?= <team@corp.example>"),
+])
+async def test_an_encoded_display_name_holding_another_address_is_refused(
+        gw: Gw, field: str, value: object) -> None:
+    """An RFC 2047 encoded word in a display name is decoded by the email
+    package (and by every receiver and email API): what it decodes to is the
+    display name, and is held to the same rule as a plain one. Otherwise the
+    header the receiver reads names an address nobody validated, although
+    the envelope is right."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.email(lease, "k-name", body={field: value})
+    assert status == 400 and body["code"] == "bad_request", body
+    assert gw.smtp.deliveries == []
+    assert await gw.effect_state("k-name") is None
+
+
+async def test_an_encoded_display_name_of_plain_words_is_sent(gw: Gw) -> None:
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.email(lease, "k-plain", body={
+        "to": ["=?utf-8?q?Zo=C3=AB_Team?= <team@corp.example>"]})
+    assert status == 200, body
+    [d] = gw.smtp.deliveries
+    assert d.recipients == ["team@corp.example"]
