@@ -61,27 +61,49 @@ def no_crlf(field: str, value: str) -> str:
 #: carry: C0 controls but tab, DEL, C1 controls (\x85 among them), and the
 #: Unicode line and paragraph separators
 _NOT_IN_HEADERS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-#: an RFC 2047 encoded word: =?charset?Q|B?text?=
-_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([QqBb])\?([^?\s]*)\?=")
+#: an RFC 2047 encoded word: =?charset?Q|B?text?=. The text may hold
+#: whitespace: the email package decodes such a word too (with a defect)
+_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([QqBb])\?([^?]*?)\?=")
+
+
+def _word_bytes(encoding: str, text: str) -> bytes | None:
+    """The bytes one encoded word stands for (None: not decodable, and the
+    email package writes it out as it is)."""
+    try:
+        if encoding in "Qq":
+            return binascii.a2b_qp(text.encode("ascii"), header=True)
+        return base64.b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, binascii.Error):
+        return None
+
+
+def _word_text(charset: str, data: bytes) -> str:
+    try:
+        return data.decode(charset.partition("*")[0] or "ascii", errors="replace")
+    except LookupError:
+        return data.decode("ascii", errors="replace")
 
 
 def _decodes_to_controls(charset: str, encoding: str, text: str) -> bool:
     """Whether one encoded word stands for a control character or a line
     break: in its bytes (whatever the charset), or in its text."""
-    try:
-        if encoding in "Qq":
-            data = binascii.a2b_qp(text.encode("ascii"), header=True)
-        else:
-            data = base64.b64decode(text + "=" * (-len(text) % 4))
-    except (ValueError, binascii.Error):
-        return False  # not decodable: the email package writes it as it is
+    data = _word_bytes(encoding, text)
+    if data is None:
+        return False
     if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data):
         return True
-    try:
-        decoded = data.decode(charset.partition("*")[0] or "ascii", errors="replace")
-    except LookupError:
-        return False
-    return _NOT_IN_HEADERS.search(decoded) is not None
+    return _NOT_IN_HEADERS.search(_word_text(charset, data)) is not None
+
+
+def decoded_words(value: str) -> str:
+    """``value`` with every RFC 2047 encoded word replaced by the text it
+    stands for: what the email package, a receiver, or an email API reads
+    out of a display name or a filename."""
+    def one(m: re.Match[str]) -> str:
+        charset, encoding, text = m.groups()
+        data = _word_bytes(encoding, text)
+        return m.group(0) if data is None else _word_text(charset, data)
+    return _ENCODED_WORD.sub(one, value)
 
 
 def header_text(field: str, value: str) -> str:
@@ -173,8 +195,15 @@ def address(field: str, value: Any) -> str:
     addr = m and (m.group("addr") or m.group("bare"))
     if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
         raise bad(field, f"{value[:200]!r} is not a valid email address")
-    if any(ch in mailbox(value)[0] for ch in _NAME_SPECIALS):
+    name = mailbox(value)[0]
+    if any(ch in name for ch in _NAME_SPECIALS):
         raise bad(field, "the display name must not contain any of " + _NAME_SPECIALS)
+    # an encoded word is decoded by the email package and by every reader:
+    # what it stands for is the name, held to the same rule (and no quotes,
+    # brackets or backslashes, which a plain name cannot hold either)
+    if any(ch in decoded_words(name) for ch in _NAME_SPECIALS + '<>"\\'):
+        raise bad(field, "the display name must not contain an encoded word (RFC 2047) "
+                  "that decodes to any of " + _NAME_SPECIALS + '<>"\\')
     return value
 
 
@@ -262,8 +291,9 @@ def attachment(field: str, value: Any) -> Attachment:
     filename = value.get("filename")
     if not isinstance(filename, str) or not 0 < len(filename) <= MAX_FILENAME:
         raise bad(f"{field}.filename", f"must be 1 to {MAX_FILENAME} characters")
-    if any(ch in filename for ch in '/\\"'):
-        raise bad(f"{field}.filename", "must not contain quotes or path separators")
+    if any(ch in filename or ch in decoded_words(filename) for ch in '/\\"'):
+        raise bad(f"{field}.filename", "must not contain quotes or path separators, "
+                  "nor an encoded word (RFC 2047) that decodes to one")
     header_text(f"{field}.filename", filename)
     content = value.get("content")
     if not isinstance(content, str):

@@ -52,6 +52,8 @@ async def test_a_display_name_holding_another_address_is_refused(
     ("cc", ["=?utf-8?b?PGV2aWxAZXZpbC5leGFtcGxlPiw=?= <team@corp.example>"]),
     ("from", "=?UTF-8?Q?ceo=40bank.example?= <agent@example.com>"),
     ("reply_to", "=?utf-8?q?Team=3A?= <team@corp.example>"),
+    # whitespace inside the word: decoded all the same (with a defect)
+    ("to", ["=?utf-8?q?boss=40victim .example?= <team@corp.example>"]),
 ])
 async def test_an_encoded_display_name_holding_another_address_is_refused(
         gw: Gw, field: str, value: object) -> None:
