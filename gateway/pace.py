@@ -42,7 +42,7 @@ MAX_PAUSE_SECONDS = 30.0
 
 def _seconds(value: str | None) -> float | None:
     """A non-negative decimal number of seconds, or None."""
-    if value is None:
+    if value is None or not value.isascii():  # float() reads other digits too
         return None
     try:
         seconds = float(value.strip())
@@ -57,6 +57,8 @@ def retry_after_seconds(value: str | None, wall_now: float) -> float | None:
     if value is None:
         return None
     value = value.strip()
+    if not value.isascii():  # "²" is a digit to isdigit(), not to float()
+        return None
     if value.isdigit():
         return float(value)
     try:
