@@ -4,6 +4,7 @@ would never send."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -67,3 +68,56 @@ async def test_non_utf8_and_non_json_bodies_on_every_json_route(gw: Gw) -> None:
         for body in (b"\xff\xfe\xfd", b"not json", b"[1, 2", b"null", b'"str"', b"1e999"):
             status, _, doc = await gw.post(path, auth, data=body)
             assert status == 400 and doc["code"] == "bad_request", (path, body, doc)
+
+
+#: JSON escapes of UTF-16 surrogates with no partner: valid JSON syntax,
+#: but no Unicode text, so no UTF-8 (the database's, a provider's) holds it
+LONE_SURROGATES = [b'"\\ud800"', b'"a\\udfffb"', b'"\\ude00\\ud83d"']
+
+
+@pytest.mark.parametrize("value", LONE_SURROGATES)
+@pytest.mark.parametrize("path,template", [
+    ("/v1/leases/claim", b'{"resource": "run:2", "ttl_seconds": 5, "owner": %s}'),
+    ("/v1/leases/renew", b'{"resource": "run:1", "ttl_seconds": 5, "fence": 1, "owner": %s}'),
+    ("/v1/leases/release", b'{"resource": "run:1", "fence": 1, "owner": %s}'),
+    ("/v1/email", b'{"from": "agent@example.com", "to": ["lead@example.com"], '
+                  b'"subject": %s, "text": "t"}'),
+])
+async def test_a_lone_surrogate_in_a_json_body_is_a_bad_request(
+        gw: Gw, caplog: pytest.LogCaptureFixture, path: str, template: bytes,
+        value: bytes) -> None:
+    """``"\\ud800"`` parses, as a str no encoder takes: the database driver
+    refused the owner (asyncpg DataError) and the caller got 500 with a
+    traceback. A body that holds one is refused 400 where it is parsed."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    with caplog.at_level(logging.INFO):
+        status, _, doc = await gw.post(path, {**gw.headers(lease, "k-lone"),
+                                              "Content-Type": "application/json"},
+                                       data=template % value)
+    assert status == 400 and doc["code"] == "bad_request", doc
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert gw.smtp.deliveries == [] and await gw.effect_state("k-lone") is None
+
+
+@pytest.mark.parametrize("value", LONE_SURROGATES)
+async def test_a_lone_surrogate_in_a_proxied_json_body_is_not_a_500(
+        gw: Gw, caplog: pytest.LogCaptureFixture, value: bytes) -> None:
+    """A proxied body goes to the provider as it came; it is fingerprinted
+    canonically when it is JSON. Re-encoding one with a lone surrogate raised
+    UnicodeEncodeError (500, a traceback): such a body is fingerprinted as
+    sent, like a body that is not JSON, and forwarded unchanged."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    data = b'{"name": %s}' % value
+    with caplog.at_level(logging.INFO):
+        status, _, doc = await gw.post("/v1/http/hook/contacts", {
+            **gw.headers(lease, "k-lone"), "Content-Type": "application/json"}, data=data)
+    assert status == 200, doc
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    [d] = gw.hook.deliveries
+    assert d.body == data
+    again, headers, _ = await gw.post("/v1/http/hook/contacts", {
+        **gw.headers(lease, "k-lone"), "Content-Type": "application/json"}, data=data)
+    assert again == 200 and headers.get("Idempotent-Replayed") == "true"
+    assert len(gw.hook.deliveries) == 1
