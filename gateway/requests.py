@@ -120,18 +120,34 @@ def header_text(field: str, value: str) -> str:
     return value
 
 
+#: a JSON escape of a UTF-16 surrogate (paired or not)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def json_value(raw: bytes) -> Any:
     """A request body parsed as JSON: the one place the gateway parses what a
     caller sends it. Nesting deeper than the parser recurses raises
-    RecursionError, which is not a ValueError: it is a 400 like the rest."""
+    RecursionError, which is not a ValueError: it is a 400 like the rest. So
+    is a string holding an escaped surrogate without its partner
+    (``"\\ud800"``): it parses, as text no UTF-8 encoder (the database's, a
+    provider's) takes."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except UnicodeDecodeError:
         raise bad("body", "must be UTF-8") from None
     except RecursionError:
         raise bad("body", "is nested too deeply") from None
     except ValueError:
         raise bad("body", "must be valid JSON") from None
+    if _SURROGATE_ESCAPE.search(raw):  # rare: only then is the whole body re-encoded
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise bad("body", "must not hold a \\ud800-\\udfff escape without its "
+                      "partner (not Unicode text)") from None
+        except RecursionError:
+            raise bad("body", "is nested too deeply") from None
+    return value
 
 
 @dataclass(frozen=True)
