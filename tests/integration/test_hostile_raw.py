@@ -121,3 +121,29 @@ async def test_a_lone_surrogate_in_a_proxied_json_body_is_not_a_500(
         **gw.headers(lease, "k-lone"), "Content-Type": "application/json"}, data=data)
     assert again == 200 and headers.get("Idempotent-Replayed") == "true"
     assert len(gw.hook.deliveries) == 1
+
+
+@pytest.mark.parametrize("key", [b"\xff\xfe", API_KEY.encode() + b"\xe9", b"caf\xc3"])
+async def test_a_key_that_is_not_utf8_is_unauthenticated(
+        gw: Gw, caplog: pytest.LogCaptureFixture, key: bytes) -> None:
+    """aiohttp reads header bytes that are not UTF-8 as lone surrogates
+    (surrogateescape); hashing such a key raised UnicodeEncodeError, a 500
+    with a traceback for anyone, no key needed. It is an unknown key: 401."""
+    with caplog.at_level(logging.INFO):
+        status, data = await raw(gw, request([(b"Authorization", b"Bearer " + key)],
+                                             b'{"resource": "run:5", "ttl_seconds": 5}',
+                                             path=b"/v1/leases/claim"))
+    assert status == 401 and b'"unauthenticated"' in data, data
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("cookie", [b"fencegate_console=a.\xff", b"fencegate_console=\xe9.b"])
+async def test_a_console_cookie_that_is_not_utf8_is_no_session(
+        gw: Gw, caplog: pytest.LogCaptureFixture, cookie: bytes) -> None:
+    """The same for the console's session cookie: no session, so the login
+    page, never a 500."""
+    with caplog.at_level(logging.INFO):
+        status, data = await raw(gw, b"GET /console/leases HTTP/1.1\r\nHost: x\r\n"
+                                     b"Connection: close\r\nCookie: " + cookie + b"\r\n\r\n")
+    assert status == 303 and b"Location: /console/login" in data, data
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
