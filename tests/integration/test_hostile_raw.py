@@ -147,3 +147,19 @@ async def test_a_console_cookie_that_is_not_utf8_is_no_session(
                                      b"Connection: close\r\nCookie: " + cookie + b"\r\n\r\n")
     assert status == 303 and b"Location: /console/login" in data, data
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("key", ["%00", "a%00b", "%01", "%7F"])
+@pytest.mark.parametrize("method,suffix", [("GET", ""), ("POST", "/resolve")])
+async def test_an_effect_key_no_effect_can_have_is_not_found(
+        gw: Gw, caplog: pytest.LogCaptureFixture, key: str, method: str, suffix: str) -> None:
+    """``/v1/effects/{key}`` takes the key from the path, decoded: a NUL
+    reached PostgreSQL, which cannot hold one in text (500, a traceback). A
+    key an ``Idempotency-Key`` could never be (1 to 255 printable ASCII) names
+    no effect: 404 not_found, nothing asked of the database."""
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    with caplog.at_level(logging.INFO):
+        status, _, doc = await gw.request(method, f"/v1/effects/{key}{suffix}", auth,
+                                          **({"json": {"outcome": "sent"}} if suffix else {}))
+    assert status == 404 and doc["code"] == "not_found", doc
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
