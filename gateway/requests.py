@@ -150,6 +150,11 @@ def json_value(raw: bytes) -> Any:
     return value
 
 
+def is_key(value: str) -> bool:
+    """Whether ``value`` could be an ``Idempotency-Key``: 1 to 255 printable ASCII."""
+    return _KEY.fullmatch(value) is not None
+
+
 @dataclass(frozen=True)
 class EffectHeaders:
     """The three headers of an effect request: the resource, its fence, and

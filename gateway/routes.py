@@ -272,9 +272,18 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
 
 # ---- effects, for operators ------------------------------------------------
 
+def _effect_key(request: web.Request) -> str:
+    """The key in the path, decoded; one no Idempotency-Key can be (a NUL,
+    which PostgreSQL cannot hold in text, among them) names no effect."""
+    key = request.match_info["key"]
+    if not requests.is_key(key):
+        raise Problem("not_found", "no effect with this Idempotency-Key for this client")
+    return key
+
+
 async def show_effect(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
-    key = request.match_info["key"]
+    key = _effect_key(request)
     await gw.ledger.settled(client_of(request).name, key)
     effect = await gw.ledger.show(client_of(request).name, key)
     if effect is None:
@@ -284,7 +293,7 @@ async def show_effect(request: web.Request) -> web.StreamResponse:
 
 async def resolve_effect(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
-    key = request.match_info["key"]
+    key = _effect_key(request)
     body = await read_json(request)
     outcome = _field(body, "outcome", str)
     if outcome not in ("sent", "not_sent"):
