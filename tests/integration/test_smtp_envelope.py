@@ -78,3 +78,27 @@ async def test_an_encoded_display_name_of_plain_words_is_sent(gw: Gw) -> None:
     assert status == 200, body
     [d] = gw.smtp.deliveries
     assert d.recipients == ["team@corp.example"]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("to", ["zoë@example.com"]),
+    ("from", "zoë@example.com"),
+    ("cc", ["Zoë <zoë@example.com>"]),
+    ("bcc", ["\u0430dmin@example.com"]),  # a Cyrillic "а"
+])
+async def test_an_address_that_is_not_ascii_is_refused_before_admission(
+        gw: Gw, field: str, value: object) -> None:
+    """The address check took any non-ASCII character in the local part, and
+    the SMTP provider's MAIL/RCPT encode the envelope in ASCII (no SMTPUTF8):
+    UnicodeEncodeError after the admission, 500, the key left in flight (then
+    unknown: 409 to every repeat) and the resource behind the drain barrier.
+    An addr-spec is printable ASCII (a display name need not be): 400, nothing
+    reserved, and the same key is free for the corrected email."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.email(lease, "k-idn", body={field: value})
+    assert status == 400 and body["code"] == "bad_request", body
+    assert gw.smtp.deliveries == []
+    assert await gw.effect_state("k-idn") is None
+    status, _, body = await gw.email(lease, "k-idn")
+    assert status == 200, body
