@@ -216,6 +216,9 @@ def address(field: str, value: Any) -> str:
     addr = m and (m.group("addr") or m.group("bare"))
     if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
         raise bad(field, f"{value[:200]!r} is not a valid email address")
+    if not addr.isascii():  # the SMTP envelope is ASCII: no SMTPUTF8 (RFC 6531)
+        raise bad(field, "the address (not its display name) must be ASCII: "
+                  "internationalized addresses are not supported")
     name = mailbox(value)[0]
     if any(ch in name for ch in _NAME_SPECIALS):
         raise bad(field, "the display name must not contain any of " + _NAME_SPECIALS)

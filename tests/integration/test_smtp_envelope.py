@@ -84,7 +84,7 @@ async def test_an_encoded_display_name_of_plain_words_is_sent(gw: Gw) -> None:
     ("to", ["zoë@example.com"]),
     ("from", "zoë@example.com"),
     ("cc", ["Zoë <zoë@example.com>"]),
-    ("bcc", ["\u0430dmin@example.com"]),  # a Cyrillic "а"
+    ("bcc", ["\u0430dmin@example.com"]),  # CYRILLIC SMALL LETTER A, then "dmin"
 ])
 async def test_an_address_that_is_not_ascii_is_refused_before_admission(
         gw: Gw, field: str, value: object) -> None:
