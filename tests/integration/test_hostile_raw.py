@@ -163,3 +163,22 @@ async def test_an_effect_key_no_effect_can_have_is_not_found(
                                           **({"json": {"outcome": "sent"}} if suffix else {}))
     assert status == 404 and doc["code"] == "not_found", doc
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("value", [b"10\xff00", b"caf\xe9", b"\xc3"])
+async def test_a_header_that_is_not_utf8_is_not_forwarded_altered(
+        gw: Gw, value: bytes) -> None:
+    """aiohttp reads header bytes that are not UTF-8 as lone surrogates; its
+    C writer then drops them ("X-Amount: 10\\xff00" reached the provider as
+    "X-Amount: 1000"), and its pure-Python writer raises UnicodeEncodeError
+    after the admission (500, the key left in flight). Such a header cannot
+    be forwarded as sent: 400 before admission, nothing reserved or sent."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, data = await raw(gw, request([
+        (b"Authorization", b"Bearer " + API_KEY.encode()), (b"Fence-Resource", b"run:1"),
+        (b"Fence-Token", str(lease.fence).encode()), (b"Idempotency-Key", b"k-hdr"),
+        (b"X-Amount", value)], b'{"a": 1}', path=b"/v1/http/hook/pay"))
+    assert status == 400 and b'"bad_request"' in data and b"X-Amount" in data, data
+    assert gw.hook.deliveries == []
+    assert await gw.effect_state("k-hdr") is None
