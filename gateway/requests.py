@@ -387,6 +387,19 @@ def email_request(body: Any) -> EmailRequest:
     )
 
 
+def utf8_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers to forward as the caller sent them: each value UTF-8. aiohttp
+    reads bytes that are not as lone surrogates, which its client's C writer
+    drops (the provider would read "10\\xff00" as "1000") and its
+    pure-Python writer cannot encode (after the admission)."""
+    for name, value in headers.items():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise bad(f"header {name[:64]}", "must be UTF-8 to be forwarded as sent") from None
+    return headers
+
+
 def provider_path(path: str) -> str:
     """The path after ``/v1/http/{provider}/``, refused if it could leave the
     provider's base URL, or if it is not plain: every character, and every

@@ -23,6 +23,7 @@ from .config import ClientConfig
 from .idempotency import NestedTooDeep
 from .problems import Problem
 from .providers import Provider
+from .providers.http import forwarded_headers
 from .ratelimit import retry_after_header
 from .state import GATEWAY, Gateway
 
@@ -146,11 +147,13 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     path = requests.provider_path(raw_path[len(prefix):])
     provider = provider_named(gw, name, "http")
     check_provider(client_of(request), name, path)
+    forwarded = dict(request.headers)
+    requests.utf8_headers(forwarded_headers(forwarded))
     body = await read_body(request)
     try:
         effect = effects.Effect.http(
             client_of(request).name, headers, provider, method=request.method, path=path,
-            query=request.rel_url.raw_query_string, forwarded=dict(request.headers),
+            query=request.rel_url.raw_query_string, forwarded=forwarded,
             body=body, content_type=request.content_type)
     except NestedTooDeep:
         raise requests.bad("body", "is JSON nested too deeply") from None
