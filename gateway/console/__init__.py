@@ -223,7 +223,11 @@ async def resolve(request: web.Request) -> web.StreamResponse:
     if outcome not in ("sent", "not_sent"):
         raise web.HTTPSeeOther("/console/effects?notice=refused")
     gw = _gw(request)
-    if await gw.ledger.resolve(client, key, outcome):
+    # a key no Idempotency-Key can be, or a NUL (PostgreSQL holds none in
+    # text), names no effect
+    if not requests.is_key(key) or "\x00" in client:
+        notice = "no_such_effect"
+    elif await gw.ledger.resolve(client, key, outcome):
         notice = f"resolved_{outcome}"
     else:
         effect = await gw.ledger.show(client, key)
