@@ -214,7 +214,8 @@ def address(field: str, value: Any) -> str:
     header_text(field, value)
     m = _MAILBOX.fullmatch(value.strip())
     addr = m and (m.group("addr") or m.group("bare"))
-    if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
+    if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1] or \
+            addr.endswith("."):
         raise bad(field, f"{value[:200]!r} is not a valid email address")
     if not addr.isascii():  # the SMTP envelope is ASCII: no SMTPUTF8 (RFC 6531)
         raise bad(field, "the address (not its display name) must be ASCII: "

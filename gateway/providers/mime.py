@@ -80,9 +80,10 @@ def _same_addresses(data: bytes, addresses: dict[str, list[str]]) -> None:
     for name, want in addresses.items():
         got = [a.addr_spec for h in back.get_all(name, []) for a in h.addresses]
         if got != [addr_spec(v) for v in want]:
-            raise Unbuildable(f"its {name} header would not read as the addresses given "
-                              "(a display name decodes to another address, a list or a "
-                              "group)")
+            raise Unbuildable(f"its {name} header would not read back as the addresses "
+                              "given (a display name that decodes to another address, a "
+                              "list or a group, or an address the email package reads "
+                              "otherwise)")
 
 
 def build_message(call: EmailCall, idempotency_header: str) -> bytes:
