@@ -61,13 +61,13 @@ def retry_after_seconds(value: str | None, wall_now: float) -> float | None:
         return None
     if value.isdigit():
         return float(value)
-    try:
+    try:  # OverflowError: a year or zone offset past what a datetime holds
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # asctime and "-0000" dates come naive: HTTP dates are GMT
+            when = when.replace(tzinfo=dt.UTC)
+        return max(0.0, when.timestamp() - wall_now)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if when.tzinfo is None:  # asctime and "-0000" dates come naive: HTTP dates are GMT
-        when = when.replace(tzinfo=dt.UTC)
-    return max(0.0, when.timestamp() - wall_now)
 
 
 def requested_pause(headers: Mapping[str, str], pace: Pace, wall_now: float) -> float:
