@@ -11,7 +11,10 @@ from .problems import Problem
 
 
 def key_sha256(api_key: str) -> str:
-    return hashlib.sha256(api_key.encode()).hexdigest()
+    """The key's hash, over the bytes the caller sent: aiohttp reads header
+    bytes that are not UTF-8 as lone surrogates, which surrogateescape turns
+    back into those bytes (a strict encode raised: a 500 for anyone)."""
+    return hashlib.sha256(api_key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class Authenticator:

@@ -20,7 +20,8 @@ class NestedTooDeep(ValueError):
 
 
 def canonical_body(body: bytes, content_type: str | None) -> bytes:
-    """The body in canonical form: JSON re-encoded, anything else as sent."""
+    """The body in canonical form: JSON re-encoded, anything else as sent
+    (and JSON that cannot be re-encoded as UTF-8: ``"\\ud800"``)."""
     if body and (content_type or "").split(";")[0].strip().lower().endswith("json"):
         try:
             parsed = json.loads(body)
@@ -32,6 +33,8 @@ def canonical_body(body: bytes, content_type: str | None) -> bytes:
             return canonical_json(parsed)
         except RecursionError:
             raise NestedTooDeep from None
+        except UnicodeEncodeError:  # an escaped surrogate without its partner
+            return body
     return body
 
 

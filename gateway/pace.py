@@ -42,7 +42,7 @@ MAX_PAUSE_SECONDS = 30.0
 
 def _seconds(value: str | None) -> float | None:
     """A non-negative decimal number of seconds, or None."""
-    if value is None:
+    if value is None or not value.isascii():  # float() reads other digits too
         return None
     try:
         seconds = float(value.strip())
@@ -57,15 +57,17 @@ def retry_after_seconds(value: str | None, wall_now: float) -> float | None:
     if value is None:
         return None
     value = value.strip()
+    if not value.isascii():  # "²" is a digit to isdigit(), not to float()
+        return None
     if value.isdigit():
         return float(value)
-    try:
+    try:  # OverflowError: a year or zone offset past what a datetime holds
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # asctime and "-0000" dates come naive: HTTP dates are GMT
+            when = when.replace(tzinfo=dt.UTC)
+        return max(0.0, when.timestamp() - wall_now)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if when.tzinfo is None:  # asctime and "-0000" dates come naive: HTTP dates are GMT
-        when = when.replace(tzinfo=dt.UTC)
-    return max(0.0, when.timestamp() - wall_now)
 
 
 def requested_pause(headers: Mapping[str, str], pace: Pace, wall_now: float) -> float:

@@ -61,27 +61,49 @@ def no_crlf(field: str, value: str) -> str:
 #: carry: C0 controls but tab, DEL, C1 controls (\x85 among them), and the
 #: Unicode line and paragraph separators
 _NOT_IN_HEADERS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-#: an RFC 2047 encoded word: =?charset?Q|B?text?=
-_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([QqBb])\?([^?\s]*)\?=")
+#: an RFC 2047 encoded word: =?charset?Q|B?text?=. The text may hold
+#: whitespace: the email package decodes such a word too (with a defect)
+_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([QqBb])\?([^?]*?)\?=")
+
+
+def _word_bytes(encoding: str, text: str) -> bytes | None:
+    """The bytes one encoded word stands for (None: not decodable, and the
+    email package writes it out as it is)."""
+    try:
+        if encoding in "Qq":
+            return binascii.a2b_qp(text.encode("ascii"), header=True)
+        return base64.b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, binascii.Error):
+        return None
+
+
+def _word_text(charset: str, data: bytes) -> str:
+    try:
+        return data.decode(charset.partition("*")[0] or "ascii", errors="replace")
+    except LookupError:
+        return data.decode("ascii", errors="replace")
 
 
 def _decodes_to_controls(charset: str, encoding: str, text: str) -> bool:
     """Whether one encoded word stands for a control character or a line
     break: in its bytes (whatever the charset), or in its text."""
-    try:
-        if encoding in "Qq":
-            data = binascii.a2b_qp(text.encode("ascii"), header=True)
-        else:
-            data = base64.b64decode(text + "=" * (-len(text) % 4))
-    except (ValueError, binascii.Error):
-        return False  # not decodable: the email package writes it as it is
+    data = _word_bytes(encoding, text)
+    if data is None:
+        return False
     if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data):
         return True
-    try:
-        decoded = data.decode(charset.partition("*")[0] or "ascii", errors="replace")
-    except LookupError:
-        return False
-    return _NOT_IN_HEADERS.search(decoded) is not None
+    return _NOT_IN_HEADERS.search(_word_text(charset, data)) is not None
+
+
+def decoded_words(value: str) -> str:
+    """``value`` with every RFC 2047 encoded word replaced by the text it
+    stands for: what the email package, a receiver, or an email API reads
+    out of a display name or a filename."""
+    def one(m: re.Match[str]) -> str:
+        charset, encoding, text = m.groups()
+        data = _word_bytes(encoding, text)
+        return m.group(0) if data is None else _word_text(charset, data)
+    return _ENCODED_WORD.sub(one, value)
 
 
 def header_text(field: str, value: str) -> str:
@@ -98,18 +120,39 @@ def header_text(field: str, value: str) -> str:
     return value
 
 
+#: a JSON escape of a UTF-16 surrogate (paired or not)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def json_value(raw: bytes) -> Any:
     """A request body parsed as JSON: the one place the gateway parses what a
     caller sends it. Nesting deeper than the parser recurses raises
-    RecursionError, which is not a ValueError: it is a 400 like the rest."""
+    RecursionError, which is not a ValueError: it is a 400 like the rest. So
+    is a string holding an escaped surrogate without its partner
+    (``"\\ud800"``): it parses, as text no UTF-8 encoder (the database's, a
+    provider's) takes."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except UnicodeDecodeError:
         raise bad("body", "must be UTF-8") from None
     except RecursionError:
         raise bad("body", "is nested too deeply") from None
     except ValueError:
         raise bad("body", "must be valid JSON") from None
+    if _SURROGATE_ESCAPE.search(raw):  # rare: only then is the whole body re-encoded
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise bad("body", "must not hold a \\ud800-\\udfff escape without its "
+                      "partner (not Unicode text)") from None
+        except RecursionError:
+            raise bad("body", "is nested too deeply") from None
+    return value
+
+
+def is_key(value: str) -> bool:
+    """Whether ``value`` could be an ``Idempotency-Key``: 1 to 255 printable ASCII."""
+    return _KEY.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -171,10 +214,21 @@ def address(field: str, value: Any) -> str:
     header_text(field, value)
     m = _MAILBOX.fullmatch(value.strip())
     addr = m and (m.group("addr") or m.group("bare"))
-    if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1]:
+    if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1] or \
+            addr.endswith("."):
         raise bad(field, f"{value[:200]!r} is not a valid email address")
-    if any(ch in mailbox(value)[0] for ch in _NAME_SPECIALS):
+    if not addr.isascii():  # the SMTP envelope is ASCII: no SMTPUTF8 (RFC 6531)
+        raise bad(field, "the address (not its display name) must be ASCII: "
+                  "internationalized addresses are not supported")
+    name = mailbox(value)[0]
+    if any(ch in name for ch in _NAME_SPECIALS):
         raise bad(field, "the display name must not contain any of " + _NAME_SPECIALS)
+    # an encoded word is decoded by the email package and by every reader:
+    # what it stands for is the name, held to the same rule (and no quotes,
+    # brackets or backslashes, which a plain name cannot hold either)
+    if any(ch in decoded_words(name) for ch in _NAME_SPECIALS + '<>"\\'):
+        raise bad(field, "the display name must not contain an encoded word (RFC 2047) "
+                  "that decodes to any of " + _NAME_SPECIALS + '<>"\\')
     return value
 
 
@@ -262,8 +316,9 @@ def attachment(field: str, value: Any) -> Attachment:
     filename = value.get("filename")
     if not isinstance(filename, str) or not 0 < len(filename) <= MAX_FILENAME:
         raise bad(f"{field}.filename", f"must be 1 to {MAX_FILENAME} characters")
-    if any(ch in filename for ch in '/\\"'):
-        raise bad(f"{field}.filename", "must not contain quotes or path separators")
+    if any(ch in filename or ch in decoded_words(filename) for ch in '/\\"'):
+        raise bad(f"{field}.filename", "must not contain quotes or path separators, "
+                  "nor an encoded word (RFC 2047) that decodes to one")
     header_text(f"{field}.filename", filename)
     content = value.get("content")
     if not isinstance(content, str):
@@ -331,6 +386,19 @@ def email_request(body: Any) -> EmailRequest:
         headers=extra,
         attachments=attachment_list(body.get("attachments")),
     )
+
+
+def utf8_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers to forward as the caller sent them: each value UTF-8. aiohttp
+    reads bytes that are not as lone surrogates, which its client's C writer
+    drops (the provider would read "10\\xff00" as "1000") and its
+    pure-Python writer cannot encode (after the admission)."""
+    for name, value in headers.items():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise bad(f"header {name[:64]}", "must be UTF-8 to be forwarded as sent") from None
+    return headers
 
 
 def provider_path(path: str) -> str:

@@ -23,6 +23,7 @@ from .config import ClientConfig
 from .idempotency import NestedTooDeep
 from .problems import Problem
 from .providers import Provider
+from .providers.http import forwarded_headers
 from .ratelimit import retry_after_header
 from .state import GATEWAY, Gateway
 
@@ -146,11 +147,13 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     path = requests.provider_path(raw_path[len(prefix):])
     provider = provider_named(gw, name, "http")
     check_provider(client_of(request), name, path)
+    forwarded = dict(request.headers)
+    requests.utf8_headers(forwarded_headers(forwarded))
     body = await read_body(request)
     try:
         effect = effects.Effect.http(
             client_of(request).name, headers, provider, method=request.method, path=path,
-            query=request.rel_url.raw_query_string, forwarded=dict(request.headers),
+            query=request.rel_url.raw_query_string, forwarded=forwarded,
             body=body, content_type=request.content_type)
     except NestedTooDeep:
         raise requests.bad("body", "is JSON nested too deeply") from None
@@ -272,9 +275,18 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
 
 # ---- effects, for operators ------------------------------------------------
 
+def _effect_key(request: web.Request) -> str:
+    """The key in the path, decoded; one no Idempotency-Key can be (a NUL,
+    which PostgreSQL cannot hold in text, among them) names no effect."""
+    key = request.match_info["key"]
+    if not requests.is_key(key):
+        raise Problem("not_found", "no effect with this Idempotency-Key for this client")
+    return key
+
+
 async def show_effect(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
-    key = request.match_info["key"]
+    key = _effect_key(request)
     await gw.ledger.settled(client_of(request).name, key)
     effect = await gw.ledger.show(client_of(request).name, key)
     if effect is None:
@@ -284,7 +296,7 @@ async def show_effect(request: web.Request) -> web.StreamResponse:
 
 async def resolve_effect(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
-    key = request.match_info["key"]
+    key = _effect_key(request)
     body = await read_json(request)
     outcome = _field(body, "outcome", str)
     if outcome not in ("sent", "not_sent"):

@@ -282,7 +282,11 @@ async def resolve(request: web.Request) -> web.StreamResponse:
     if form.get("confirm") != "yes":
         raise web.HTTPSeeOther(effect_url(client, key, "confirm"))
     gw = _gw(request)
-    if await gw.ledger.resolve(client, key, outcome, operator=operator.name):
+    # a key no Idempotency-Key can be, or a NUL (PostgreSQL holds none in
+    # text), names no effect
+    if not requests.is_key(key) or "\x00" in client:
+        notice = "no_such_effect"
+    elif await gw.ledger.resolve(client, key, outcome, operator=operator.name):
         notice = f"resolved_{outcome}"
     else:
         effect = await gw.ledger.show(client, key)

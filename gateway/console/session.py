@@ -81,7 +81,11 @@ def seal(session: Session, secret: bytes) -> str:
 
 
 def unseal(value: str, secret: bytes, now: float) -> Session | None:
-    """The session in a cookie, if its signature holds and it has not expired."""
+    """The session in a cookie, if its signature holds and it has not expired
+    (a cookie we sealed is ASCII; one that is not, bytes that are not UTF-8
+    among them, is no session)."""
+    if not value.isascii():
+        return None
     body, _, mac = value.partition(".")
     if not hmac.compare_digest(mac.encode(), _mac(secret, body).encode()):
         return None

@@ -30,12 +30,34 @@ def api_of(config: HttpProviderConfig) -> EmailApi:
     return EMAIL_APIS[config.preset.email_api]
 
 
+#: how deeply an answer's JSON may nest to be read as JSON: the answers the
+#: presets know are a few levels deep; deeper is quoted as text
+MAX_ANSWER_DEPTH = 32
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` levels (without recursing)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return False
+
+
 def _parsed(body: bytes) -> Any:
-    """The answer's JSON, if it is JSON (None otherwise)."""
+    """The answer's JSON, if it is JSON nested at most ``MAX_ANSWER_DEPTH``
+    levels (None otherwise). Nesting past what the parser recurses raises
+    RecursionError, not a ValueError: it is an answer that is not the JSON
+    expected, after the email was sent or refused, never a gateway error."""
     try:
-        return json.loads(body) if body else None
-    except (ValueError, UnicodeDecodeError):
+        parsed = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
+    return None if _deeper_than(parsed, MAX_ANSWER_DEPTH) else parsed
 
 
 def _excerpt(body: bytes, parsed: Any) -> Any:

@@ -10,7 +10,6 @@ under (``Fence-Resource``, ``Fence-Token``).
 from __future__ import annotations
 
 import functools
-from email import errors
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
@@ -18,6 +17,7 @@ from email.policy import SMTP, compat32
 from email.utils import formatdate
 
 from ..idempotency import message_id
+from ..requests import addr_spec
 from ..wire import FENCE_RESOURCE, FENCE_TOKEN
 from .base import EmailCall
 
@@ -53,7 +53,7 @@ def _header_names(msg: Message) -> list[list[str]]:
     return [[name.lower() for name in part.keys()] for part in msg.walk()]
 
 
-def _verified(msg: EmailMessage) -> bytes:
+def _verified(msg: EmailMessage, addresses: dict[str, list[str]]) -> bytes:
     """The message's bytes, once read back they hold exactly the headers set,
     part by part, and no header line holds a stray CR or LF: whatever the
     interpreter's email package did with encoded words (CVE-2024-6923) or
@@ -67,7 +67,23 @@ def _verified(msg: EmailMessage) -> bytes:
     if _header_names(back) != _header_names(msg):
         raise Unbuildable("its headers would not be the ones set (a value holds a line "
                           "break, or an encoded word that decodes to one)")
+    _same_addresses(data, addresses)
     return data
+
+
+def _same_addresses(data: bytes, addresses: dict[str, list[str]]) -> None:
+    """Every address header, read back as receivers read it (encoded words
+    decoded), names exactly the addr-specs validated, one per address given:
+    a display name the email package decoded into another address, a list
+    or a group is caught here, whatever this interpreter does with it."""
+    back = BytesParser(policy=SMTP_POLICY).parsebytes(data, headersonly=True)
+    for name, want in addresses.items():
+        got = [a.addr_spec for h in back.get_all(name, []) for a in h.addresses]
+        if got != [addr_spec(v) for v in want]:
+            raise Unbuildable(f"its {name} header would not read back as the addresses "
+                              "given (a display name that decodes to another address, a "
+                              "list or a group, or an address the email package reads "
+                              "otherwise)")
 
 
 def build_message(call: EmailCall, idempotency_header: str) -> bytes:
@@ -76,10 +92,17 @@ def build_message(call: EmailCall, idempotency_header: str) -> bytes:
     Unbuildable when the email package refuses it, or when the bytes it
     made would not read back as the headers set (``_verified``)."""
     try:
-        return _verified(_message(call, idempotency_header))
+        req = call.email
+        addresses = {"From": [req.sender], "To": req.to, "Cc": req.cc,
+                     "Reply-To": [req.reply_to] if req.reply_to else []}
+        return _verified(_message(call, idempotency_header), addresses)
     except Unbuildable:
         raise
-    except (ValueError, IndexError, TypeError, errors.MessageError) as e:
+    except Exception as e:
+        # The email package's own bugs raise what they raise: 3.11's header
+        # parser an AttributeError for a display name that starts with a dot
+        # (". <a@b>"), others IndexError, ValueError, MessageError. The
+        # message is the caller's input, built here and nowhere else.
         raise Unbuildable(f"the email package cannot build it ({type(e).__name__})") from None
 
 

@@ -247,3 +247,18 @@ async def test_the_api_reference_is_served_from_the_package(console: Console) ->
 
 
 CACHE = __import__("gateway.console", fromlist=["CACHE_KEY"]).CACHE_KEY
+
+
+@pytest.mark.parametrize("client,key", [("agents", "k\x00"), ("ag\x00ents", "k")])
+async def test_a_resolve_form_naming_no_possible_effect_says_so(
+        console: Console, caplog: pytest.LogCaptureFixture, client: str, key: str) -> None:
+    """The resolve form's client and key went to the database as typed: a NUL
+    (PostgreSQL holds none in text) answered 500 with a traceback. A key no
+    Idempotency-Key can be names no effect: the "no such effect" notice."""
+    await console.login()
+    csrf = await console.csrf()
+    with caplog.at_level(logging.INFO):
+        status, where = await console.post("/console/effects/resolve", {
+            "client": client, "key": key, "outcome": "sent", "csrf": csrf})
+    assert (status, where) == (303, "/console/effects?notice=no_such_effect")
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

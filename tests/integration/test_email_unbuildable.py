@@ -7,6 +7,7 @@ whether or not the interpreter's email package carries the CVE-2024-6923 fix
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 
 import pytest
@@ -84,3 +85,42 @@ async def test_an_unbuildable_email_reserves_nothing(gw: Gw, where: str, ch: str
     assert status == 200, body
     assert "Idempotent-Replayed" not in headers
     assert len(gw.smtp.deliveries) == 1
+
+
+@pytest.mark.parametrize("filename", [
+    "=?utf-8?q?..=2F..=2F.bashrc?=",
+    "=?utf-8?b?" + base64.b64encode(b"..\\..\\autoexec.bat").decode() + "?=",
+    '=?utf-8?q?a=22_b.pdf?=',
+])
+async def test_an_encoded_filename_is_held_to_the_plain_filename_rule(
+        gw: Gw, filename: str) -> None:
+    """A filename may not hold a path separator or a quote; receivers decode
+    an encoded word in it (the email package's get_filename() reads
+    "../../.bashrc"), so what it decodes to is held to the same rule."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    status, _, body = await gw.email(lease, "k-fn", body=_attachment(filename))
+    assert status == 400 and body["code"] == "bad_request", body
+    assert gw.smtp.deliveries == []
+    assert await gw.effect_state("k-fn") is None
+
+
+@pytest.mark.parametrize("to", [". <team@corp.example>", ".NET Team <team@corp.example>"])
+async def test_a_name_the_email_package_trips_on_is_a_400_not_a_500(
+        gw: Gw, caplog: pytest.LogCaptureFixture, to: str) -> None:
+    """Python 3.11's header parser raises AttributeError (not a ValueError)
+    on a display name that starts with a dot; 3.13's builds it. Either way
+    the caller gets a clear answer: sent, or 400 with nothing reserved,
+    never 500 with a traceback logged."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    with caplog.at_level(logging.INFO):
+        status, _, body = await gw.email(lease, "k-dot", body={"to": [to]})
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    if status == 400:
+        assert body["code"] == "bad_request", body
+        assert gw.smtp.deliveries == [] and await gw.effect_state("k-dot") is None
+    else:
+        assert status == 200, body
+        [d] = gw.smtp.deliveries
+        assert d.recipients == ["team@corp.example"]

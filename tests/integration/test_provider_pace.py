@@ -118,3 +118,40 @@ async def test_a_huge_retry_after_pauses_the_provider_for_a_bounded_time(
     assert gw.gateway.pauses.remaining("resend", time.monotonic()) <= 30
     assert await gw.metric("fencegate_provider_paused_seconds_total",
                            provider="resend") == pytest.approx(paused + 30)
+
+
+@pytest.mark.parametrize("retry_after", ["\u00b2", "\u2460", "\u0661\u0662\u0663\u0664\u0665"])
+async def test_a_retry_after_of_unicode_digits_is_a_429_like_any_other(
+        make_gw: MakeGw, fakes: dict[str, FakeProvider], retry_after: str) -> None:
+    """``Retry-After`` is ASCII delay-seconds (RFC 9110) or an HTTP date. A
+    value of other Unicode digits ("²" is a digit to str.isdigit, not to
+    float) is unreadable, as any other: the 429 pauses the provider for the
+    default second; it is never a 500 with the key left in flight."""
+    gw = await _gateway(make_gw, fakes)
+    lease = await gw.leases.claim("run:1", ttl=60)
+    assert lease is not None
+    fakes["resend"].fail_next(429, TOO_MANY, headers={"Retry-After": retry_after})
+    status, headers, body = await gw.email(lease, "k-digits", body={"provider": "resend"})
+    assert (status, body["code"], body.get("provider_status")) == \
+        (502, "provider_error", 429), body
+    assert headers["Retry-After"] == "1"
+    assert await gw.effect_state("k-digits") is None  # the key is free again
+
+
+@pytest.mark.parametrize("retry_after", ["Mon, 01 Jan 99999999999999999999 00:00:00 GMT",
+                                         "01 Jan 2020 00:00:00 +99999999999999999999"])
+async def test_a_retry_after_date_out_of_range_is_a_429_like_any_other(
+        make_gw: MakeGw, fakes: dict[str, FakeProvider], retry_after: str) -> None:
+    """An HTTP date whose year or zone is past what a datetime holds makes
+    email.utils raise OverflowError, which is not a ValueError: the 429 read
+    it after the admission and answered 500, the key left in flight. It is
+    an unreadable Retry-After: the default pause, the key free again."""
+    gw = await _gateway(make_gw, fakes)
+    lease = await gw.leases.claim("run:1", ttl=60)
+    assert lease is not None
+    fakes["resend"].fail_next(429, TOO_MANY, headers={"Retry-After": retry_after})
+    status, headers, body = await gw.email(lease, "k-date", body={"provider": "resend"})
+    assert (status, body["code"], body.get("provider_status")) == \
+        (502, "provider_error", 429), body
+    assert headers["Retry-After"] == "1"
+    assert await gw.effect_state("k-date") is None

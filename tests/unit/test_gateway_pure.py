@@ -157,7 +157,9 @@ def test_mailbox_is_what_the_check_validated(addr: str, parts: tuple[str, str]) 
                                   # a display name that reads as another address
                                   "boss@victim.example <a@b.example>", "root, Team <a@b.example>",
                                   "Team: <a@b.example>", "T (x@y.example) <a@b.example>",
-                                  "=?utf-8?q?a=0D=0Ab?= <a@b.example>", "A\u2028B <a@b.example>"])
+                                  "=?utf-8?q?a=0D=0Ab?= <a@b.example>", "A\u2028B <a@b.example>",
+                                  # a domain that ends in a dot: no SMTP domain
+                                  "a@b.example.", "Ann <a@b.example.>"])
 def test_bad_addresses(addr: Any) -> None:
     with pytest.raises(Problem) as p:
         requests.address("to", addr)

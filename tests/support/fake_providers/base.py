@@ -161,6 +161,9 @@ def json_answer(body: Any, status: int = 200, headers: dict[str, str] | None = N
                 ) -> web.Response:
     if body is None:
         return web.Response(status=status, headers=headers)
+    if isinstance(body, bytes):  # as it is: JSON no encoder would make
+        return web.Response(status=status, body=body, content_type="application/json",
+                            headers=headers)
     return web.Response(status=status, body=json.dumps(body).encode(),
                         content_type="application/json", headers=headers)
 
