@@ -279,14 +279,14 @@ async def resolve(request: web.Request) -> web.StreamResponse:
     client, key, outcome = (str(form.get(k, "")) for k in ("client", "key", "outcome"))
     if outcome not in ("sent", "not_sent"):
         raise web.HTTPSeeOther("/console/effects?notice=refused")
+    # a key no Idempotency-Key can be, or a NUL (PostgreSQL holds none in
+    # text), names no effect: no page of it to go back to either
+    if not requests.is_key(key) or "\x00" in client:
+        raise web.HTTPSeeOther("/console/effects?notice=no_such_effect")
     if form.get("confirm") != "yes":
         raise web.HTTPSeeOther(effect_url(client, key, "confirm"))
     gw = _gw(request)
-    # a key no Idempotency-Key can be, or a NUL (PostgreSQL holds none in
-    # text), names no effect
-    if not requests.is_key(key) or "\x00" in client:
-        notice = "no_such_effect"
-    elif await gw.ledger.resolve(client, key, outcome, operator=operator.name):
+    if await gw.ledger.resolve(client, key, outcome, operator=operator.name):
         notice = f"resolved_{outcome}"
     else:
         effect = await gw.ledger.show(client, key)

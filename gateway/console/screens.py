@@ -184,7 +184,11 @@ async def effects(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
 
 async def effect(db: LeaseClient, client: str, key: str) -> dict[str, Any]:
     """One effect's page: its ledger row (None once gone), its resolutions, the
-    current lease row of its resource and the rejections recorded on it."""
+    current lease row of its resource and the rejections recorded on it. A
+    client or key holding a NUL names no effect (PostgreSQL text holds none)."""
+    if "\x00" in client or "\x00" in key:
+        return {"client": client, "key": key, "e": None, "resolutions": [],
+                "resource": None, "lease": None, "rejections": []}
     row = await db.fetchrow("effect_detail", client, key, RESOLVE_GRACE_SECONDS)
     e = dict(row) if row is not None else None
     resolutions = _rows(await db.fetch("effect_resolutions", client, key))

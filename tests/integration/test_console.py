@@ -261,4 +261,8 @@ async def test_a_resolve_form_naming_no_possible_effect_says_so(
         status, where = await console.post("/console/effects/resolve", {
             "client": client, "key": key, "outcome": "sent", "csrf": csrf})
     assert (status, where) == (303, "/console/effects?notice=no_such_effect")
+    # nor does the effect's page of such a key fall over: not found
+    async with console.http.get(console.url + "/console/effect", params={
+            "client": client, "key": key}) as r:
+        assert r.status == 404
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
