@@ -508,17 +508,26 @@ class Lease:
         """Cancel the block, and again every few milliseconds until it exits:
         once is not always enough (on Python 3.11, ``asyncio.wait_for``
         swallows a cancellation that arrives in the same turn as its result,
-        which is what a pause produces). From inside the block itself (its own
-        ``check()``), nothing to cancel: ``LeaseLost`` is raised there."""
+        which is what a pause produces).
+
+        Noticed from inside the block itself (its own ``check()``, or the
+        SIGCONT handler of leases/alarm.py, which runs in whatever step was
+        running when the process continued), the task cannot be cancelled
+        there and then: the cancellation goes first in the loop's ready queue,
+        ahead of the block's own wakeup, so it lands at the block's next
+        await."""
         guarded = self._guarded
-        if guarded is None or guarded.done() or self._exiting \
-                or guarded is asyncio.current_task():
+        if guarded is None or guarded.done() or self._exiting:
+            return
+        loop = asyncio.get_running_loop()
+        if guarded is asyncio.current_task():
+            if self._recancel is None:
+                self._recancel = loop.call_soon(self._cancel_guarded)
             return
         self._cancels += 1
         guarded.cancel(msg="fencegate: lease lost")
         # the next turns first (a swallowed cancellation leaves the block one
         # step at most), then a slower pace for a block that ignores them
-        loop = asyncio.get_running_loop()
         self._recancel = loop.call_later(RECANCEL_SECONDS, self._cancel_guarded) \
             if self._cancels > 3 else loop.call_soon(self._cancel_guarded)
 

@@ -66,14 +66,42 @@ class _Completions:
     async def _write(self, batch: list[tuple[Job, str | None, asyncio.Future[bool]]]) -> None:
         try:
             counted = await self.queue.complete_many([(j, r) for j, r, _ in batch])
+        except asyncpg.DataError as exc:
+            if len(batch) == 1:
+                self._settle(batch[0][2], exc)
+                return
+            # one entry the database cannot store fails the statement for
+            # all: each goes again alone, so the bad one costs only itself
+            await asyncio.gather(*(self._write([entry]) for entry in batch))
+            return
         except Exception as exc:
             for _, _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
+                self._settle(fut, exc)
             return
         for job, _, fut in batch:
             if not fut.done():
                 fut.set_result(job.id in counted)
+
+    @staticmethod
+    def _settle(fut: asyncio.Future[bool], exc: BaseException) -> None:
+        if not fut.done():
+            fut.set_exception(exc)
+
+
+def unstorable(result: object) -> str | None:
+    """Why a handler's return value cannot be stored as ``result_ref``, or
+    ``None`` when it can (a ``str`` PostgreSQL text can hold, or ``None``)."""
+    if result is None:
+        return None
+    if not isinstance(result, str):
+        return f"the handler returned {type(result).__name__}, not str or None"
+    if "\x00" in result:
+        return "it contains a NUL character, which PostgreSQL text cannot hold"
+    try:
+        result.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it is not valid Unicode (a lone surrogate)"
+    return None
 
 
 class Worker:
@@ -297,23 +325,44 @@ class Worker:
                             "queue": job.queue, "job": job.id, "fence": job.fence,
                             "owner": job.lease.owner, "attempt": job.attempts, "now": state})
                 else:
-                    completed = self._completions.complete(job, result)
-                    self._handled(slot)
-                    if not await completed:
-                        log.warning("job %s of queue %s completed under fence %s, no longer "
-                                    "current: not counted", job.id, job.queue, job.fence,
-                                    extra={"queue": job.queue, "job": job.id,
-                                           "fence": job.fence, "owner": job.lease.owner})
+                    await self._record_end(job, result, slot)
         except LeaseLost as lost:
             log.warning("job %s of queue %s: its lease (fence %s) was lost (%s), the handler "
                         "was cancelled", job.id, job.queue, job.fence, lost.reason,
                         extra={"queue": job.queue, "job": job.id, "fence": job.fence,
                                "owner": job.lease.owner, "reason": lost.reason})
-        except (Unavailable, Busy) as exc:
-            # completion could not be recorded: the lease lapses and the job is
+        except (Unavailable, Busy, asyncpg.PostgresError) as exc:
+            # completion could not be recorded (no answer, or a refusal such as
+            # a statement timeout or a deadlock): the lease lapses and the job is
             # recovered and run again (at-least-once; effects are fenced)
             log.warning("could not record the job's end", extra={
                 "queue": job.queue, "job": job.id, "error": type(exc).__name__})
+
+    async def _record_end(self, job: Job, result: object, slot: object) -> None:
+        """Complete the job with its result; a result that cannot be stored
+        fails the job instead, with that reason."""
+        why = unstorable(result)
+        if why is None:
+            completed = self._completions.complete(job, result)  # type: ignore[arg-type]
+            self._handled(slot)
+            try:
+                counted = await completed
+            except asyncpg.DataError as exc:  # refused by the database itself
+                why = sanitize_error(str(exc))
+            else:
+                if not counted:
+                    log.warning("job %s of queue %s completed under fence %s, no longer "
+                                "current: not counted", job.id, job.queue, job.fence,
+                                extra={"queue": job.queue, "job": job.id,
+                                       "fence": job.fence, "owner": job.lease.owner})
+                return
+        self._handled(slot)
+        reason = f"its result could not be stored: {why}"
+        state = await self.queue.fail(job, reason)
+        log.warning("job %s of queue %s failed (attempt %d of %d): %s", job.id, job.queue,
+                    job.attempts, job.max_attempts, reason, extra={
+                        "queue": job.queue, "job": job.id, "fence": job.fence,
+                        "owner": job.lease.owner, "attempt": job.attempts, "now": state})
 
     async def _backstop(self) -> None:
         """Recover expired claims even when this worker is too busy to poll,
