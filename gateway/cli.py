@@ -148,17 +148,8 @@ async def _resolve(args: argparse.Namespace, ledger: Ledger) -> int:
     if ok:
         text = f"{args.key}: resolved as {args.outcome}"
     else:
-        effect = await ledger.show(args.client, args.key)
-        if effect is None:
-            reason = "not_found"
-            text = f"no such effect: {args.key!r} for client {args.client!r}"
-        elif effect["state"] in ("in_flight", "unknown") and effect["resolvable_in_seconds"]:
-            reason = "effect_in_progress"
-            text = (f"{args.key}: an attempt may still be under way; resolvable in "
-                    f"{effect['resolvable_in_seconds']:.1f} s")
-        else:
-            reason = "effect_not_unknown"
-            text = f"{args.key}: not awaiting resolution (it is {effect['state']})"
+        why = await ledger.why_unresolved(args.client, args.key, args.outcome)
+        reason, text = why.code, f"{args.key}: not resolved: {why.detail}"
     data = {"idempotency_key": args.key, "resolved": ok, **({"reason": reason} if reason else {})}
     if args.json:
         leases_cli.emit(args, data, text)

@@ -247,7 +247,7 @@ async def run(gw: Gateway, effect: Effect) -> web.Response:
         stored = StoredAnswer(outcome.status, outcome.headers, outcome.body) \
             if outcome.kind in ("succeeded", "failed") else None
         gw.ledger.finish(call.client, call.key, attempt, call.resource, state, stored,
-                         outcome.summary)
+                         outcome.summary, never_whole=outcome.request_never_whole)
     EFFECTS.labels(provider=cfg.name, outcome=label).inc()
     _log(effect, label, started, summary=outcome.summary)
     return web.Response(status=outcome.status, headers=outcome.headers, body=outcome.body)

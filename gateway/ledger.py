@@ -35,6 +35,13 @@ log = logging.getLogger("fencegate.gateway")
 RESEND_MARGIN_SECONDS = 5.0
 #: an unknown effect can be resolved only this long after its last deadline
 RESOLVE_GRACE_SECONDS = 1.0
+#: and "not sent" only this much later where the attempt's whole request may
+#: have reached the provider's host: no reset recalls what its kernel accepted,
+#: and the provider may read it and act until it gives up on the connection.
+#: Ten minutes: the longest a server waits on its client (RFC 5321 4.5.3.2
+#: gives SMTP servers 5 minutes, HTTP servers and their load balancers less),
+#: twice over (docs/gateway.md, "What the wire still holds")
+HELD_REQUEST_SECONDS = 600.0
 #: how long an outcome that could not be recorded is retried in the background
 RECORD_RETRY_SECONDS = 60.0
 #: nonces of abandoned attempts are kept this long
@@ -46,6 +53,16 @@ OUTCOME_BATCH = 256
 OUTCOME_SIZES = BATCH_SIZE.labels(statement="finish")
 
 FinalState = Literal["succeeded", "failed", "unknown", "free"]
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """Why an effect could not be resolved: a problem code, a sentence, and
+    how long to wait before trying again (None: waiting will not help)."""
+
+    code: Literal["not_found", "effect_in_progress", "effect_not_unknown"]
+    detail: str
+    retry_after: float | None
 #: what recording the end of an attempt did (see fencegate_finish_effect)
 Finished = Literal["recorded", "freed", "unknown", "gone"]
 
@@ -157,20 +174,26 @@ class Ledger:
         return verdict
 
     def _args(self, client: str, key: str, attempt: int, resource: str, state: FinalState,
-              answer: StoredAnswer | None, summary: str | None) -> tuple[Any, ...]:
+              answer: StoredAnswer | None, summary: str | None,
+              never_whole: bool = False) -> tuple[Any, ...]:
         return (client, key, attempt, resource, state,
                 answer.status if answer else None,
                 json.dumps(answer.headers) if answer else None,  # text already (http.py)
-                answer.body if answer else None, summary)
+                answer.body if answer else None, summary, never_whole)
 
     def finish(self, client: str, key: str, attempt: int, resource: str,
-               state: FinalState, answer: StoredAnswer | None, summary: str | None) -> None:
+               state: FinalState, answer: StoredAnswer | None, summary: str | None,
+               never_whole: bool = False) -> None:
         """Record the end of an attempt, behind the answer: the caller already
         has the provider's answer and does not wait for the record (a repeat
         of the key meanwhile reads in progress; a gateway that dies first
         leaves it in flight, then unknown, never sent again). Retrying is
-        safe: the end of one attempt counts once."""
-        self.outcomes.add(self._args(client, key, attempt, resource, state, answer, summary))
+        safe: the end of one attempt counts once. ``never_whole``: the
+        attempt's request certainly never left this host whole (an unknown
+        outcome that "not sent" may then settle without waiting for the
+        provider to give up on a request it may hold)."""
+        self.outcomes.add(self._args(client, key, attempt, resource, state, answer, summary,
+                                     never_whole))
 
     async def free(self, client: str, key: str, attempt: int,
                    resource: str) -> Finished | None:
@@ -251,7 +274,8 @@ class Ledger:
         return [r["client"] for r in await self.db.fetch("effect_clients", key)]
 
     async def show(self, client: str, key: str) -> dict[str, Any] | None:
-        row = await self.db.fetchrow("show_effect", client, key, RESOLVE_GRACE_SECONDS)
+        row = await self.db.fetchrow("show_effect", client, key, RESOLVE_GRACE_SECONDS,
+                                     HELD_REQUEST_SECONDS)
         return None if row is None else effect_view(row)
 
     async def list(self, client: str | None, state: str | None,
@@ -265,9 +289,34 @@ class Ledger:
         attempt's deadline (plus a grace) has not passed yet. The resolution
         is recorded (fencegate_resolutions) with ``operator``, the resolving
         client's name."""
-        name = "resolve_effect_sent" if outcome == "sent" else "resolve_effect_not_sent"
-        return await self.db.fetchrow(name, client, key, RESOLVE_GRACE_SECONDS,
-                                      operator) is not None
+        if outcome == "sent":
+            return await self.db.fetchrow("resolve_effect_sent", client, key,
+                                          RESOLVE_GRACE_SECONDS, operator) is not None
+        return await self.db.fetchrow("resolve_effect_not_sent", client, key,
+                                      RESOLVE_GRACE_SECONDS, operator,
+                                      HELD_REQUEST_SECONDS) is not None
+
+    async def why_unresolved(self, client: str, key: str, outcome: str) -> Unresolved:
+        """Why ``resolve`` refused: the one explanation the API, the CLI and
+        the console give."""
+        effect = await self.show(client, key)
+        if effect is None:
+            return Unresolved("not_found", f"no effect with the key {key!r} for client "
+                              f"{client!r}", None)
+        if effect["state"] in ("in_flight", "unknown"):
+            wait = effect["not_sent_in_seconds" if outcome == "not_sent"
+                          else "resolvable_in_seconds"]
+            if wait and effect["resolvable_in_seconds"]:
+                return Unresolved("effect_in_progress", "an attempt of this effect may still "
+                                  f"be under way; it can be resolved in {wait:.1f} seconds",
+                                  wait)
+            if wait:
+                return Unresolved("effect_in_progress", "its attempt's whole request may "
+                                  "have reached the provider, which may still read it and "
+                                  f"act: it can be resolved not_sent in {wait:.0f} seconds "
+                                  "(sent at any time)", wait)
+        return Unresolved("effect_not_unknown", "only an effect whose outcome is unknown "
+                          f"can be resolved (it is {effect['state']})", None)
 
     async def purge(self, retention_seconds: float, batch: int = 1000) -> int:
         """Delete finished effects past retention, in batches until caught up;

@@ -303,17 +303,9 @@ async def resolve_effect(request: web.Request) -> web.StreamResponse:
         raise requests.bad("outcome", 'must be "sent" or "not_sent"')
     client = client_of(request).name
     if not await gw.ledger.resolve(client, key, outcome, operator=client):
-        effect = await gw.ledger.show(client, key)
-        if effect is None:
-            raise Problem("not_found", "no effect with this Idempotency-Key for this client")
-        wait = effect["resolvable_in_seconds"]
-        if effect["state"] in ("in_flight", "unknown") and wait:
-            # a gateway may still be sending it until its deadline has passed
-            raise Problem("effect_in_progress", "an attempt of this effect may still be under "
-                          f"way; it can be resolved in {wait:.1f} seconds",
-                          headers={"Retry-After": retry_after_header(wait)})
-        raise Problem("effect_not_unknown", "only an effect whose outcome is unknown can be "
-                      "resolved")
+        why = await gw.ledger.why_unresolved(client, key, outcome)
+        raise Problem(why.code, why.detail, headers={} if why.retry_after is None else {
+            "Retry-After": retry_after_header(why.retry_after)})
     return web.json_response({"idempotency_key": key, "resolved": outcome})
 
 

@@ -69,8 +69,10 @@ NOTICES = {
                      "key are replayed, nothing is sent again.",
     "resolved_not_sent": "Resolved as not sent: the key is free again; the worker's next "
                          "attempt with it is sent.",
-    "resolve_wait": "Not yet: an attempt of that effect may still be under way. It can be "
-                    "resolved once its deadline (plus a grace) has passed.",
+    "resolve_wait": "Not yet: an attempt of that effect may still be under way, or its "
+                    "whole request may still sit at the provider, which may yet act on it "
+                    "(then \"not sent\" waits ten minutes past its deadline; \"sent\" "
+                    "does not). Try again later.",
     "not_unknown": "That effect is not awaiting resolution any more.",
     "no_such_effect": "No such effect.",
     "replayed": "Replayed: the job is back in its queue, its attempts reset.",
@@ -289,13 +291,9 @@ async def resolve(request: web.Request) -> web.StreamResponse:
     if await gw.ledger.resolve(client, key, outcome, operator=operator.name):
         notice = f"resolved_{outcome}"
     else:
-        effect = await gw.ledger.show(client, key)
-        if effect is None:
-            notice = "no_such_effect"
-        elif effect["state"] in ("in_flight", "unknown") and effect["resolvable_in_seconds"]:
-            notice = "resolve_wait"
-        else:
-            notice = "not_unknown"
+        notice = {"not_found": "no_such_effect", "effect_in_progress": "resolve_wait",
+                  "effect_not_unknown": "not_unknown"}[
+            (await gw.ledger.why_unresolved(client, key, outcome)).code]
     request.app[CACHE_KEY].forget()
     log.info("operator %s resolved effect %s of client %s as %s: %s", operator.name, key,
              client, outcome, notice, extra={

@@ -78,6 +78,10 @@ class Outcome:
     code: ProblemCode | None = None  # the problem code, when the answer is a gateway problem
     #: the provider answered 429: how long it asked every caller to wait (gateway/pace.py)
     pause_seconds: float | None = None
+    #: an unknown outcome whose request certainly never left this host whole
+    #: (its tail was dropped before the kernel had it): "not sent" is then safe
+    #: once the attempt is over; otherwise the provider's host may hold it whole
+    request_never_whole: bool = False
 
 
 class Provider(Protocol):

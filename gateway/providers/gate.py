@@ -36,11 +36,15 @@ from ..deadline import Deadline
 CHUNK_BYTES = 16 * 1024
 
 
-async def pieces(body: bytes) -> AsyncIterator[bytes]:
-    """``body`` in ``CHUNK_BYTES`` pieces (an upload aiohttp writes one by one)."""
+async def pieces(body: bytes, writes: WriteGate) -> AsyncIterator[bytes]:
+    """``body`` in ``CHUNK_BYTES`` pieces (an upload aiohttp writes one by one);
+    ``writes`` learns when aiohttp has asked for more after the last one (it
+    has written them all)."""
+    writes.body_done = False
     view = memoryview(body)
     for i in range(0, len(body), CHUNK_BYTES):
         yield bytes(view[i:i + CHUNK_BYTES])
+    writes.body_done = True
 
 
 class GateClosed(Exception):
@@ -54,13 +58,18 @@ class WriteGate:
         self.deadline = deadline
         self.written = 0
         self.closed = False
-        self._transports: list[asyncio.BaseTransport] = []
+        #: a write of this attempt was refused: those bytes never left the process
+        self.refused = False
+        #: False while a body in pieces (``pieces``) has some not yet written
+        self.body_done = True
+        self._transports: list[GatedTransport] = []
         self._timer = asyncio.get_running_loop().call_later(
             max(0.0, deadline.remaining()), self._expire)
 
-    def admit(self, size: int, transport: asyncio.BaseTransport | None = None) -> None:
+    def admit(self, size: int, transport: GatedTransport | None = None) -> None:
         if self.closed or self.deadline.remaining() <= 0:
             self.closed = True
+            self.refused = True
             raise GateClosed("the attempt's deadline passed before this write")
         if transport is not None and transport not in self._transports:
             self._transports.append(transport)
@@ -71,7 +80,17 @@ class WriteGate:
         wrote and the kernel has not sent is dropped, its connections reset."""
         self.closed = True
         for transport in self._transports:
-            transport.abort()  # type: ignore[attr-defined]
+            transport.abort()
+
+    def never_whole(self) -> bool:
+        """Whether this attempt's request certainly never left this host
+        whole: a write was refused, a body's pieces were not all written, or a
+        connection was reset with bytes still in asyncio's buffer (dropped
+        before the kernel had them). Asked once the attempt ended without an
+        answer; what the kernel had may have reached the provider, so False
+        is "it may have", never "it did"."""
+        return self.refused or not self.body_done or any(
+            t.dropped for t in self._transports)
 
     def end(self) -> None:
         """The attempt is over (answered, or given up): its connections are
@@ -89,23 +108,35 @@ class GatedTransport:
 
     def __init__(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
+        #: bytes asyncio still held, not yet handed to the kernel, when this
+        #: connection was reset: they never left this host
+        self.dropped = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         gate = CURRENT.get()
         if gate is not None:
-            gate.admit(len(data), self._transport)
+            gate.admit(len(data), self)
         self._transport.write(data)  # type: ignore[attr-defined]
 
     def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
         chunks = list(chunks)
         gate = CURRENT.get()
         if gate is not None:
-            gate.admit(sum(len(c) for c in chunks), self._transport)
+            gate.admit(sum(len(c) for c in chunks), self)
         self._transport.writelines(chunks)  # type: ignore[attr-defined]
+
+    def abort(self) -> None:
+        """Reset the connection, counting what asyncio drops with it."""
+        if not self._transport.is_closing():
+            try:
+                self.dropped += self._transport.get_write_buffer_size()  # type: ignore[attr-defined]
+            except (AttributeError, RuntimeError):  # a transport that cannot say
+                pass
+        self._transport.abort()  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """An abort: a provider connection is never closed gracefully."""
-        self._transport.abort()  # type: ignore[attr-defined]
+        self.abort()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)

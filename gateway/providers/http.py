@@ -218,11 +218,11 @@ class HttpProvider:
                         judge: Callable[[aiohttp.ClientResponse, bytes], Outcome]) -> Outcome:
         """One request on the wire, every write through the attempt's gate."""
         assert self._session is not None, "provider not started"
+        writes = gate.WriteGate(deadline)
         data: bytes | AsyncIterator[bytes] | None = body or None
         if len(body) > gate.CHUNK_BYTES:  # in pieces, each through the gate; not chunked
             headers = {**headers, "Content-Length": str(len(body))}
-            data = gate.pieces(body)
-        writes = gate.WriteGate(deadline)
+            data = gate.pieces(body, writes)
         token = gate.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
@@ -235,13 +235,17 @@ class HttpProvider:
                         return self._paced(outcome, resp.headers)
                     return outcome
         except (gate.GateClosed, aiohttp.ClientError, TimeoutError) as e:
-            if writes.closed:  # the deadline passed before (some of) the request left
-                return too_late(self.config.name, "the request to be written") \
-                    if writes.written == 0 else problem_outcome(
-                        "unknown", "provider_timeout", "the request was cut at the attempt's "
-                        "deadline after part of it was sent; its outcome is unknown",
-                        "http cut at the deadline")
-            return _failure(e)
+            if writes.closed and writes.written == 0:  # nothing of it left
+                return too_late(self.config.name, "the request to be written")
+            outcome = problem_outcome(
+                "unknown", "provider_timeout", "the request was cut at the attempt's "
+                "deadline after part of it was sent; its outcome is unknown",
+                "http cut at the deadline") if writes.closed else _failure(e)
+            if outcome.kind != "unknown":
+                return outcome
+            # the connection is reset by now (gate.py): whatever asyncio still
+            # held was dropped with it, and decides whether "not sent" is safe
+            return replace(outcome, request_never_whole=writes.never_whole())
         finally:
             writes.end()
             gate.CURRENT.reset(token)

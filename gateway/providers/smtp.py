@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import re
+from dataclasses import replace
 from typing import Any
 
 import aiosmtplib
@@ -84,7 +85,12 @@ class _Connection(aiosmtplib.SMTP):
         return response
 
     def close(self) -> None:
-        if isinstance(self.transport, asyncio.Transport):
+        # the gated wrapper's abort counts what asyncio drops (gate.py); any
+        # transport's abort resets (uvloop's are no asyncio.Transport)
+        gated = self.protocol.transport if self.protocol is not None else None
+        if isinstance(gated, gate.GatedTransport):
+            gated.abort()
+        elif self.transport is not None and hasattr(self.transport, "abort"):
             self.transport.abort()
         super().close()
 
@@ -138,9 +144,12 @@ class SmtpProvider:
             return too_late(self.config.name, "the SMTP conversation")
         except TimeoutError:
             if step[0] == "data":
-                return problem_outcome("unknown", "provider_timeout",
-                                "the SMTP server did not answer in time after the message "
-                                "was sent; its outcome is unknown", "smtp timeout in DATA")
+                # reset by now: what asyncio still held of the message (its final
+                # dot, at least) was dropped, or the server's host may hold it whole
+                return replace(problem_outcome(
+                    "unknown", "provider_timeout", "the SMTP server did not answer in time "
+                    "after the message was sent; its outcome is unknown",
+                    "smtp timeout in DATA"), request_never_whole=writes.never_whole())
             return problem_outcome("retryable", "provider_error",
                             f"the SMTP server did not answer in time at {step[0]}; nothing "
                             "was sent", f"smtp timeout at {step[0]}")

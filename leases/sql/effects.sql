@@ -14,9 +14,10 @@ SELECT verdict, current_fence, effect_id, retry_after,
 
 -- name: finish_effect
 -- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 state, $6 status,
---  $7 headers, $8 body, $9 summary): recorded | freed | unknown | gone
+--  $7 headers, $8 body, $9 summary, $10 the request never left this host
+--  whole): recorded | freed | unknown | gone
 SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $8::bytea,
-                               $9::text);
+                               $9::text, $10::boolean);
 
 -- name: extend_effect
 -- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 fence, $6 deadline
@@ -38,10 +39,12 @@ SELECT ord, verdict, current_fence, effect_id, retry_after,
 -- finish_effect for a batch: (ord, done), 'busy' as above (retry it)
 SELECT ord, done
   FROM fencegate_finish_effects($1::text[], $2::text[], $3::bigint[], $4::text[],
-                                $5::text[], $6::int[], $7::jsonb[], $8::bytea[], $9::text[]);
+                                $5::text[], $6::int[], $7::jsonb[], $8::bytea[], $9::text[],
+                                $10::boolean[]);
 
 -- name: show_effect
--- $3: the grace after an attempt's deadline before it may be resolved
+-- $3: the grace after an attempt's deadline before it may be resolved; $4: the
+-- time more before "not sent" where the whole request may sit at the provider
 SELECT idempotency_key, client, resource, fence, provider,
        CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
             THEN 'unknown' ELSE state END AS state,
@@ -49,7 +52,13 @@ SELECT idempotency_key, client, resource, fence, provider,
        CASE WHEN state IN ('in_flight', 'unknown')
             THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $3::float8)
                                                  - clock_timestamp()))::float8
-       END AS resolvable_in_seconds
+       END AS resolvable_in_seconds,
+       -- resolve not_sent: $4 more where the whole request may sit at the provider
+       CASE WHEN state IN ('in_flight', 'unknown')
+            THEN greatest(0, extract(epoch FROM deadline + make_interval(
+                     secs => $3::float8 + CASE WHEN request_whole THEN $4::float8 ELSE 0 END)
+                 - clock_timestamp()))::float8
+       END AS not_sent_in_seconds
   FROM fencegate_effects
  WHERE client = $1 AND idempotency_key = $2;
 
@@ -99,11 +108,15 @@ SELECT client, idempotency_key, resource, fence, provider, 'sent', $4::text, att
 RETURNING idempotency_key;
 
 -- name: resolve_effect_not_sent
--- ... or it was not: the key is free again (same condition, same record).
+-- ... or it was not: the key is free again (same condition, same record). An
+-- attempt whose whole request may have reached the provider's host waits $5
+-- seconds more: the provider may still read it from its receive queue and act.
 WITH done AS (
     DELETE FROM fencegate_effects
      WHERE client = $1 AND idempotency_key = $2 AND state IN ('unknown', 'in_flight')
-       AND deadline + make_interval(secs => $3::float8) <= clock_timestamp()
+       AND deadline + make_interval(secs => $3::float8
+                                    + CASE WHEN request_whole THEN $5::float8 ELSE 0 END)
+           <= clock_timestamp()
     RETURNING client, idempotency_key, resource, fence, provider, attempts, created_at,
               summary
 )

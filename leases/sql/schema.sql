@@ -227,6 +227,11 @@ CREATE TABLE fencegate_effects (
     -- the nonce of the current attempt while it is counted in its lease row's
     -- inflight (NULL once its end is recorded)
     attempt          bigint,
+    -- false once the key's only attempt is known never to have left this host
+    -- whole (its tail was dropped before it reached the kernel): only then is
+    -- "not sent" safe as soon as the attempt is over. A whole request may sit
+    -- unread in the provider host's receive queue, where no reset recalls it.
+    request_whole    boolean     NOT NULL DEFAULT true,
     UNIQUE (client, idempotency_key),
     CONSTRAINT finished_has_response
         CHECK (state NOT IN ('succeeded', 'failed') OR response_status IS NOT NULL)
@@ -383,7 +388,8 @@ $$;
 -- deadlock.
 CREATE FUNCTION fencegate_finish_effect(
     p_client text, p_key text, p_attempt bigint, p_resource text, p_state text,
-    p_status integer, p_headers jsonb, p_body bytea, p_summary text
+    p_status integer, p_headers jsonb, p_body bytea, p_summary text,
+    p_never_whole boolean DEFAULT false
 ) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -398,7 +404,8 @@ BEGIN
     PERFORM 1 FROM fencegate_leases WHERE resource = p_resource FOR NO KEY UPDATE;
     IF p_state = 'unknown' THEN
         UPDATE fencegate_effects
-           SET state = 'unknown', summary = p_summary, updated_at = clock_timestamp()
+           SET state = 'unknown', summary = p_summary, updated_at = clock_timestamp(),
+               request_whole = request_whole AND NOT (p_never_whole AND attempts = 1)
          WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
            AND state = 'in_flight';
         RETURN CASE WHEN FOUND THEN 'unknown' ELSE 'gone' END;
@@ -539,7 +546,8 @@ $$;
 
 CREATE FUNCTION fencegate_finish_effects(
     p_client text[], p_key text[], p_attempt bigint[], p_resource text[], p_state text[],
-    p_status integer[], p_headers jsonb[], p_body bytea[], p_summary text[]
+    p_status integer[], p_headers jsonb[], p_body bytea[], p_summary text[],
+    p_never_whole boolean[] DEFAULT NULL
 ) RETURNS TABLE (ord integer, done text)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -558,7 +566,7 @@ BEGIN
         END IF;
         RETURN QUERY SELECT i, fencegate_finish_effect(
             p_client[i], p_key[i], p_attempt[i], p_resource[i], p_state[i], p_status[i],
-            p_headers[i], p_body[i], p_summary[i]);
+            p_headers[i], p_body[i], p_summary[i], coalesce(p_never_whole[i], false));
     END LOOP;
 END
 $$;

@@ -270,7 +270,7 @@ async def test_effects_commands_show_list_and_resolve(dsn: str) -> None:
     # the attempt may still be under way (its deadline is an hour off): not yet
     early = await asyncio.to_thread(run, dsn, "effects", "resolve", "welcome-1", "--client",
                                     "agents", "--outcome", "sent")
-    assert early.returncode == 1 and "resolvable in" in early.stderr, early.stderr
+    assert early.returncode == 1 and "can be resolved in" in early.stderr, early.stderr
     # as if its deadline and its grace had passed: the gateway that sent it is gone
     await conn.execute("UPDATE fencegate_effects SET deadline = deadline - interval '2 hours'")
     await conn.close()

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from gateway.ledger import HELD_REQUEST_SECONDS
 from tests.integration.conftest import Gw
 from tests.integration.test_drain_on_the_wire import FAST
 from tests.support.heldprovider import HeldProvider
@@ -36,18 +37,15 @@ def _held_hook(provider: HeldProvider) -> dict[str, dict[str, object]]:
                          "idempotency_header": ""}}
 
 
-@pytest.mark.xfail(strict=True, reason="resolve not_sent frees a key whose whole request sits "
-                   "in the provider host's receive queue; the gateway does not know whether the "
-                   "provider's host acknowledged the whole request (see the report)")
-async def test_a_key_resolved_not_sent_acts_once_when_its_request_was_held(
+async def test_a_key_whose_request_may_be_held_is_not_resolved_not_sent_early(
     make_gw: Callable[..., Awaitable[Gw]], held: HeldProvider,
 ) -> None:
     """The first attempt's small request reaches the provider's host whole,
-    unread; the attempt times out (504) and its connection is reset. The
-    operator resolves the key ``not_sent`` as soon as the gateway lets them,
-    the repeat goes out on a fresh connection and the provider acts. When the
-    provider reads the held connection, the first request must not act too:
-    one key, one provider action."""
+    unread; the attempt times out (504) and its connection is reset. Once the
+    attempt is over, "sent" may be resolved, but "not sent" is refused for the
+    held-request window (409 effect_in_progress, a Retry-After that long): the
+    provider may still read the request and act. When it does, it acts once,
+    and a repeat of the key sends nothing: one key, one provider action."""
     gw = await make_gw(providers=_held_hook(held), **FAST)
     lease = await gw.leases.claim("run:A", ttl=60)
     assert lease is not None
@@ -55,18 +53,48 @@ async def test_a_key_resolved_not_sent_acts_once_when_its_request_was_held(
                                     data=b"y" * 1000)
     assert status == 504 and body["code"] == "provider_timeout", (status, body)
     auth = {"Authorization": gw.headers()["Authorization"]}
-    while True:  # refused (409) while an attempt may be under way
-        status, _, body = await gw.post("/v1/effects/held-1/resolve", auth,
+    while True:  # until the attempt is over: then "sent" could be resolved
+        status, _, shown = await gw.request("GET", "/v1/effects/held-1", auth)
+        assert status == 200, shown
+        if shown["state"] == "unknown" and not shown["resolvable_in_seconds"]:
+            break
+        await asyncio.sleep(0.1)
+    status, headers, body = await gw.post("/v1/effects/held-1/resolve", auth,
+                                          json={"outcome": "not_sent"})
+    assert (status, body["code"]) == (409, "effect_in_progress"), body
+    assert "whole request" in body["detail"]
+    assert float(headers["Retry-After"]) > HELD_REQUEST_SECONDS / 2
+    held.release()  # the provider gets to the connection it held, and acts
+    await held.conns[0].ended.wait()
+    assert len(held.acted) == 1
+    status, _, body = await gw.post("/v1/http/heldhook/x", gw.headers(lease, "held-1"),
+                                    data=b"y" * 1000)
+    assert (status, body["code"]) == (409, "effect_outcome_unknown"), body
+    assert len(held.acted) == 1, "the key acted twice"
+
+
+async def test_a_request_that_never_left_whole_is_resolved_not_sent_at_once(
+    make_gw: Callable[..., Awaitable[Gw]], held: HeldProvider,
+) -> None:
+    """A request whose tail never reached the kernel (the provider stopped
+    reading, asyncio still held the rest when the attempt was reset) cannot
+    be whole at the provider: "not sent" is allowed as soon as the attempt is
+    over, and the repeat acts once."""
+    gw = await make_gw(providers=_held_hook(held), **FAST)
+    lease = await gw.leases.claim("run:A", ttl=60)
+    assert lease is not None
+    status, _, body = await gw.post("/v1/http/heldhook/x", gw.headers(lease, "big-1"),
+                                    data=b"y" * 900_000)  # far past what both kernels buffer
+    assert status == 504 and body["code"] == "provider_timeout", (status, body)
+    auth = {"Authorization": gw.headers()["Authorization"]}
+    while True:  # refused only while the attempt may be under way
+        status, _, body = await gw.post("/v1/effects/big-1/resolve", auth,
                                         json={"outcome": "not_sent"})
         if status == 200:
             break
         assert (status, body["code"]) == (409, "effect_in_progress"), body
+        assert "whole request" not in body["detail"], body
         await asyncio.sleep(0.1)
-    status, _, body = await gw.post("/v1/http/heldhook/x", gw.headers(lease, "held-1"),
-                                    data=b"y" * 1000)
-    assert status == 200, body  # the repeat, on a fresh connection
-    assert len(held.acted) == 1
-    held.release()  # the provider gets to the connection it held
-    first = held.conns[0]
-    await first.ended.wait()
-    assert len(held.acted) == 1, "the key acted twice: the held request was acted on late"
+    held.release()
+    await held.conns[0].ended.wait()
+    assert held.acted == []  # the held connection never carried a whole request
