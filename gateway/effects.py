@@ -28,7 +28,6 @@ from aiohttp import web
 from leases import clock
 
 from . import idempotency, resend
-from .config import SmtpProviderConfig
 from .deadline import Deadline
 from .ledger import Admission, FinalState, Finished, StoredAnswer, new_attempt
 from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
@@ -121,11 +120,9 @@ class Effect:
         # An HTTP provider also takes /v1/http/{provider}/email: an email is
         # fingerprinted under a path no proxied request can have (they never
         # start with "/"), so a repeat of the key on the other route is a
-        # different request (422), not this one. SMTP keeps the fingerprint
-        # of earlier releases, so keys recorded by them still match.
-        path = "email" if isinstance(provider.config, SmtpProviderConfig) else "/v1/email"
+        # different request (422), not this one.
         return cls(provider, call, idempotency.fingerprint(
-            provider.config.name, "POST", path,
+            provider.config.name, "POST", "/v1/email",
             idempotency.canonical_body(raw_body, "application/json")))
 
 

@@ -76,7 +76,6 @@ def new_attempt() -> int:
 class Admission:
     verdict: Verdict
     current_fence: int | None
-    effect_id: int | None
     retry_after: float | None
     stored_status: int | None
     stored_headers: dict[str, str] | None
@@ -96,8 +95,8 @@ _AdmitArgs = tuple[str, str, bytes, str, int, str, int, float, float]
 
 def _admission(row: asyncpg.Record) -> Admission:
     headers = row["response_headers"]
-    return Admission(row["verdict"], row["current_fence"], row["effect_id"],
-                     row["retry_after"], row["response_status"],
+    return Admission(row["verdict"], row["current_fence"], row["retry_after"],
+                     row["response_status"],
                      json.loads(headers) if headers is not None else None,
                      row["response_body"])
 

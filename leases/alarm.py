@@ -129,11 +129,6 @@ class Alarm:
         _install_sigcont()
         _armed.add(self)
 
-    @property
-    def ordered_before_timers(self) -> bool:
-        """Whether this alarm is seen before loop timers that fell due in a pause."""
-        return self._fd is not None
-
     def set(self, when: float) -> None:
         if self._done:
             return
