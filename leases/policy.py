@@ -96,10 +96,13 @@ class RenewalPolicy:
 
     @property
     def interval(self) -> float:
+        """Seconds between renewals: ``ttl * renew_fraction``."""
         return self.ttl * self.renew_fraction
 
     @property
     def margin(self) -> float:
+        """The safety margin, in seconds, by which the holder gives up before
+        the server-side expiry: ``ttl * margin_fraction``."""
         return self.ttl * self.margin_fraction
 
     def deadline(self, sent_at: float) -> float:

@@ -64,6 +64,8 @@ class Job:
 
     @property
     def resource(self) -> str:
+        """The job's lease resource, ``job:<queue>:<id>``: the gateway checks
+        the job's fence on it like any lease's."""
         return job_resource(self.queue, self.id)
 
 
@@ -298,10 +300,22 @@ class Queue:
         return total
 
     async def list(self, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """This queue's jobs (only those in ``state``, when given), at most
+        ``limit``, as dicts of their columns (the payload decoded).
+
+        Raises:
+            Unavailable: the database gave no answer.
+        """
         rows = await self.client.fetch("list_jobs", self.name, state, limit)
         return [job_view(r) for r in rows]
 
     async def stats(self) -> dict[str, int]:
+        """How many of this queue's jobs are in each state (states with none
+        are left out).
+
+        Raises:
+            Unavailable: the database gave no answer.
+        """
         rows = await self.client.fetch("queue_stats", self.name)
         return {r["state"]: r["jobs"] for r in rows}
 
