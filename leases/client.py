@@ -62,6 +62,13 @@ class LeaseClient:
     id and a random part), so two tasks of one process never both hold a
     resource. With ``owner``, leases are claimed under that exact id, and a
     live lease of the same owner can be claimed again (contract rule 1).
+
+    Every call may raise ``Unavailable`` (no answer from the database: what
+    was asked may have happened), ``Busy`` (no pooled connection was free in
+    time: nothing was sent), ``InvalidArgument`` (a resource, owner, fence or
+    ttl out of bounds), ``NoDatabase`` (no DSN and no database to use) and, on
+    the first call, ``SchemaError`` (the database is not migrated for this
+    version). Losing a claim is not an error: ``claim`` answers ``None``.
     """
 
     def __init__(
@@ -102,6 +109,12 @@ class LeaseClient:
                                                                         name="release")
 
     async def connect(self) -> asyncpg.Pool:
+        """Open the pool now (the first call does it otherwise); the pool.
+
+        Raises:
+            NoDatabase: no DSN was given and there is no database to use.
+            Unavailable: the database cannot be reached.
+        """
         if self._pool is None:
             async with self._connect_lock:
                 if self._pool is None:
@@ -133,6 +146,8 @@ class LeaseClient:
         return self._keeping
 
     async def close(self) -> None:
+        """Stop renewing, finish the releases of lost leases still under way
+        (briefly), and close the pool this client opened (not a borrowed one)."""
         if self._background:  # releases of lost leases still under way
             await asyncio.wait(set(self._background), timeout=RELEASE_ON_CLOSE_SECONDS)
             for task in set(self._background):
@@ -190,11 +205,13 @@ class LeaseClient:
 
     async def fetchrow(self, name: str, *args: Any, keeping: bool = False,
                        ) -> asyncpg.Record | None:
+        """Run the statement ``name`` of leases/sql; its first row, or None."""
         async with self._connection(keeping) as conn:
             row: asyncpg.Record | None = await conn.fetchrow(sql.query(name), *args)
             return row
 
     async def fetchval(self, name: str, *args: Any) -> Any:
+        """Run the statement ``name`` of leases/sql; its first value."""
         async with self._connection() as conn:
             return await conn.fetchval(sql.query(name), *args)
 
@@ -251,7 +268,13 @@ class LeaseClient:
         is cancelled) it may still have been granted. Under an owner of its
         own, made up for this claim, nobody could ever renew or release it:
         it is abandoned in the background (see ``abandon``). A caller that
-        names its owner can simply claim again as the same owner."""
+        names its owner can simply claim again as the same owner.
+
+        Raises:
+            Unavailable: no answer; the claim may have been granted (see above).
+            Busy: no pooled connection was free in time; nothing was sent.
+            InvalidArgument: the resource, owner or ttl is out of bounds.
+        """
         made_up = not owner and not self._fixed_owner
         owner = policy.check_owner(owner) if owner else self.new_owner()
         ttl = policy.check_ttl(ttl)
@@ -285,7 +308,12 @@ class LeaseClient:
         """Extend a live lease held by ``owner`` under ``fence``; its new expiry, or
         ``None`` when the lease is no longer theirs. With ``margin``, also
         ``None`` once the lease is within ``margin`` seconds of its expiry (by
-        the database's clock): the holder has given up by then."""
+        the database's clock): the holder has given up by then.
+
+        Raises:
+            Unavailable: no answer; the renewal may have happened.
+            Busy: no pooled connection was free in time; nothing was sent.
+        """
         expires_at = await self._renewals((
             policy.check_resource(resource), policy.check_owner(owner),
             policy.check_fence(fence), policy.check_ttl(ttl), float(margin)))
@@ -293,7 +321,11 @@ class LeaseClient:
         return expires_at
 
     async def release(self, resource: str, owner: str, fence: int) -> bool:
-        """End a live lease at once, keeping its fence. False if it was not held."""
+        """End a live lease at once, keeping its fence. False if it was not held.
+
+        Raises:
+            Unavailable: no answer; the release may have happened.
+        """
         return await self._releases((policy.check_resource(resource),
                                      policy.check_owner(owner), policy.check_fence(fence)))
 
@@ -365,6 +397,12 @@ class LeaseClient:
             return
 
     async def show(self, resource: str) -> LeaseInfo | None:
+        """The resource's lease row (live or not), or None if it was never
+        claimed.
+
+        Raises:
+            Unavailable: no answer from the database.
+        """
         row = await self.fetchrow("show_lease", policy.check_resource(resource))
         if row is None:
             return None

@@ -23,3 +23,30 @@ def test_the_api_reference_builds_strictly_and_names_the_public_api(tmp_path: Pa
     for name in ("leases.errors.LeaseLost", "leases.errors.NoDatabase",
                  "gateway.client.FenceRejected", "gateway.client.GatewayUnreachable"):
         assert f'id="{name}"' in pages["errors"], name
+
+
+def test_every_public_name_a_worker_imports_has_a_docstring() -> None:
+    """What leases exports and gateway.client defines, and their public
+    methods and properties: each says what it does (the reference is built
+    from these)."""
+    import inspect
+
+    import gateway.client as gc
+    import leases
+
+    names = [(f"leases.{n}", getattr(leases, n)) for n in leases.__all__]
+    names += [(f"gateway.client.{n}", v) for n, v in vars(gc).items()
+              if not n.startswith("_") and getattr(v, "__module__", "") == "gateway.client"]
+    missing = []
+    for name, obj in names:
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if not inspect.isclass(obj):
+            continue
+        for attr, value in vars(obj).items():
+            if attr.startswith("_"):
+                continue
+            f = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+            if callable(f) and not (f.__doc__ or "").strip():
+                missing.append(f"{name}.{attr}")
+    assert missing == []
