@@ -149,7 +149,9 @@ async def _resolve(args: argparse.Namespace, ledger: Ledger) -> int:
         text = f"{args.key}: resolved as {args.outcome}"
     else:
         why = await ledger.why_unresolved(args.client, args.key, args.outcome)
-        reason, text = why.code, f"{args.key}: not resolved: {why.detail}"
+        reason, text = why.code, (
+            f"no such effect: {args.key!r} for client {args.client!r}"
+            if why.code == "not_found" else f"{args.key}: not resolved: {why.detail}")
     data = {"idempotency_key": args.key, "resolved": ok, **({"reason": reason} if reason else {})}
     if args.json:
         leases_cli.emit(args, data, text)
