@@ -381,7 +381,11 @@ def test_a_second_dev_in_one_folder_is_refused_and_leaves_the_first_alone(
         url = re.search(r"gateway +(http://\S+)", out.read_text())
         assert url is not None
         second, out2 = start_dev_on(home, dsn, "--port", "0")
-        assert second.wait(SOON) == 2
+        try:
+            assert second.wait(SOON) == 2
+        finally:  # a second dev that came up must not outlive the test
+            if second.poll() is None:
+                stop(second)
         text = out2.read_text()
         assert "fencegate dev is already running" in text and url.group(1) in text, text
         assert (home / "dev.toml").read_text() == config
