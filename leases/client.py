@@ -37,6 +37,13 @@ RELEASE_ON_CLOSE_SECONDS = 2.0
 RECANCEL_SECONDS = 0.005
 
 
+class _Locked:
+    """A renewal of a batch skipped: another transaction held its row locked."""
+
+
+LOCKED = _Locked()
+
+
 @dataclass(frozen=True)
 class LeaseInfo:
     """What the database holds for a resource."""
@@ -103,7 +110,8 @@ class LeaseClient:
         # statements and commits (leases/batch.py)
         self._claims: Batcher[tuple[str, str, float], asyncpg.Record | None] = \
             Batcher(self._claim_batch, name="claim")
-        self._renewals: Batcher[tuple[str, str, int, float, float], dt.datetime | None] = \
+        self._renewals: Batcher[tuple[str, str, int, float, float],
+                                dt.datetime | None | _Locked] = \
             Batcher(self._renew_batch, name="renew")
         self._releases: Batcher[tuple[str, str, int], bool] = Batcher(self._release_batch,
                                                                         name="release")
@@ -231,14 +239,21 @@ class LeaseClient:
         return [won.get(n + 1) for n in range(len(items))]
 
     async def _renew_batch(self, items: Sequence[tuple[str, str, int, float, float]],
-                           ) -> list[dt.datetime | None]:
+                           ) -> list[dt.datetime | None | _Locked]:
         if len(items) == 1:
-            row = await self.fetchrow("renew_lease", *items[0], keeping=True)
-            return [None if row is None else row["expires_at"]]
+            return [await self._renew_alone(items[0])]
         rows = await self.fetch_keeping("renew_leases", *(list(c) for c in zip(*items,
                                                                               strict=True)))
-        renewed = {r["ord"]: r["expires_at"] for r in rows}
+        renewed: dict[int, dt.datetime | _Locked] = {
+            r["ord"]: LOCKED if r["locked"] else r["expires_at"] for r in rows}
         return [renewed.get(n + 1) for n in range(len(items))]
+
+    async def _renew_alone(self, item: tuple[str, str, int, float, float],
+                           ) -> dt.datetime | None:
+        """One renewal in a statement of its own, which waits for its row
+        should another transaction hold it locked."""
+        row = await self.fetchrow("renew_lease", *item, keeping=True)
+        return None if row is None else row["expires_at"]  # type: ignore[no-any-return]
 
     async def _release_batch(self, items: Sequence[tuple[str, str, int]]) -> list[bool]:
         if len(items) == 1:
@@ -314,9 +329,12 @@ class LeaseClient:
             Unavailable: no answer; the renewal may have happened.
             Busy: no pooled connection was free in time; nothing was sent.
         """
-        expires_at = await self._renewals((
-            policy.check_resource(resource), policy.check_owner(owner),
-            policy.check_fence(fence), policy.check_ttl(ttl), float(margin)))
+        item = (policy.check_resource(resource), policy.check_owner(owner),
+                policy.check_fence(fence), policy.check_ttl(ttl), float(margin))
+        answer = await self._renewals(item)
+        # its row was locked by another transaction: the batch went on
+        # without it (fencegate_renew_leases), and it waits on its own
+        expires_at = await self._renew_alone(item) if isinstance(answer, _Locked) else answer
         LEASE_RENEWALS.labels(result="ok" if expires_at else "lost").inc()
         return expires_at
 
@@ -601,10 +619,13 @@ class Lease:
                     return
                 self._failures = 0
                 self._confirmed(sent_at, expires_at)
-            elif isinstance(error, Unavailable | Busy):
+            elif isinstance(error, Unavailable | Busy | asyncpg.PostgresError):
+                # no answer, or a refusal (a deadlock, a statement timeout, a
+                # cancel): nothing was changed, so try again while the
+                # deadline lasts; the lease is lost only when it passes
                 self._failures += 1
-                log.info("renewal of %s (fence %s) got no answer, retrying", self.resource,
-                         self.fence, extra={
+                log.info("renewal of %s (fence %s) got no answer or was refused, retrying",
+                         self.resource, self.fence, extra={
                     "resource": self.resource, "owner": self.owner, "fence": self.fence,
                     "error": type(error).__name__})
                 self._next_renewal = self.policy.retry_at(clock.now(), self.deadline)

@@ -26,8 +26,9 @@ SELECT ord, resource, owner, fence, expires_at
   FROM fencegate_claim_leases($1::text[], $2::text[], $3::float8[], true);
 
 -- name: renew_leases
--- renew_lease for a batch: (ord, expires_at) of the renewals that counted
-SELECT ord, expires_at
+-- renew_lease for a batch: (ord, expires_at) of the renewals that counted,
+-- and (ord, NULL, true) of those whose row another transaction held locked
+SELECT ord, expires_at, locked
   FROM fencegate_renew_leases($1::text[], $2::text[], $3::bigint[], $4::float8[],
                               $5::float8[]);
 

@@ -144,17 +144,33 @@ BEGIN
 END
 $$;
 
+-- A batch of renewals never waits on a row lock: a lease row another
+-- transaction holds locked (an admission, a claim, an operator) is skipped
+-- and answered `locked`, and the client renews that one alone, so one locked
+-- row never holds back the renewals of the other leases. (Never waiting, a
+-- batch of renewals cannot be part of a deadlock either.)
 CREATE FUNCTION fencegate_renew_leases(
     p_resource text[], p_owner text[], p_fence bigint[], p_ttl double precision[],
     p_margin double precision[]
-) RETURNS TABLE (ord integer, expires_at timestamptz)
+) RETURNS TABLE (ord integer, expires_at timestamptz, locked boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     i integer;
 BEGIN
     FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
     LOOP
-        RETURN QUERY SELECT i, r.expires_at
+        PERFORM 1 FROM fencegate_leases l
+          WHERE l.resource = p_resource[i] AND l.owner = p_owner[i] AND l.fence = p_fence[i]
+            FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT 1 FROM fencegate_leases l
+                        WHERE l.resource = p_resource[i] AND l.owner = p_owner[i]
+                          AND l.fence = p_fence[i]) THEN
+                RETURN QUERY SELECT i, NULL::timestamptz, true;
+            END IF;
+            CONTINUE;  -- not this owner's, or not this fence: refused
+        END IF;
+        RETURN QUERY SELECT i, r.expires_at, false
                        FROM fencegate_renew_lease(p_resource[i], p_owner[i], p_fence[i],
                                                   p_ttl[i], p_margin[i]) AS r;
     END LOOP;
