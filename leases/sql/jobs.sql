@@ -116,6 +116,9 @@ WITH over AS (
       LEFT JOIN fencegate_leases l ON l.resource = 'job:' || j.queue || ':' || j.id
      WHERE j.state = 'claimed' AND ($1::text IS NULL OR j.queue = $1)
        AND (l.resource IS NULL OR l.fence <> j.fence OR l.expires_at <= clock_timestamp())
+     -- the lease rows are locked one by one in this order: resource order, the
+     -- one order of every statement that locks several (no deadlock with them)
+     ORDER BY 'job:' || j.queue || ':' || j.id
        FOR UPDATE OF j SKIP LOCKED
 ), locked AS (
     SELECT o.id, o.fence
@@ -173,20 +176,9 @@ SELECT queue,
 
 -- name: complete_jobs
 -- complete_job for a batch: ($1 ids, $2 fences, $3 result refs); answers the
--- ids that counted (those whose fence was still current).
-WITH done AS (
-    UPDATE fencegate_jobs j
-       SET state = 'completed', finished_at = clock_timestamp(), result_ref = t.ref
-      FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS t(id, fence, ref)
-     WHERE j.id = t.id AND j.state = 'claimed' AND j.fence = t.fence
-    RETURNING j.id, j.queue, j.fence
-), ended AS (
-    UPDATE fencegate_leases l SET expires_at = clock_timestamp()
-      FROM done
-     WHERE l.resource = 'job:' || done.queue || ':' || done.id
-       AND l.fence = done.fence AND l.expires_at > clock_timestamp()
-)
-SELECT id FROM done;
+-- ids that counted (those whose fence was still current). The locks are taken
+-- in the one order of every statement (fencegate_complete_jobs, schema.sql).
+SELECT done AS id FROM fencegate_complete_jobs($1::bigint[], $2::bigint[], $3::text[]) AS done;
 
 -- name: purge_jobs
 -- Up to $2 jobs of queue $3 completed or dead for longer than $1 seconds,

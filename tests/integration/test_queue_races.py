@@ -15,7 +15,7 @@ import random
 import asyncpg
 
 from leases import LeaseClient, Queue, sql
-from leases.queue import job_resource
+from leases.queue import NewJob, job_resource
 
 
 def queue(pool: asyncpg.Pool, owner: str, name: str = "mail", **kw: object) -> Queue:
@@ -130,3 +130,53 @@ async def test_purge_does_not_delete_a_lease_that_became_live_during_the_purge(
     # what that allows: another owner claims at once, while fence
     # outside["fence"]'s effect may still be reaching the provider
     assert await LeaseClient(pool=pool, owner="third").claim(resource, ttl=30) is None
+
+
+async def test_completing_jobs_locks_their_leases_in_resource_order(
+    pool: asyncpg.Pool,
+) -> None:
+    """One lock order everywhere: every statement that locks several lease
+    rows locks them in the order of their resource (the batches of claims,
+    renewals and releases do). A batch completion of jobs 9 and 10 against a
+    transaction that locks their lease rows in resource order (job:mail:10,
+    then job:mail:9): taken in the order of the ids, the two deadlocked and
+    PostgreSQL aborted one of them."""
+    q = queue(pool, "w")
+    await q.enqueue_many([NewJob({"n": n}) for n in range(1, 11)])
+    claimed = await q.claim("w:1", limit=10, ttl=60)
+    # jobs 9 and 10: in resource order job:mail:10 comes first
+    jobs = sorted((j for j in claimed if j.id in (9, 10)), key=lambda j: job_resource(
+        q.name, j.id))
+    assert [j.id for j in jobs] == [10, 9]
+    first, second = (job_resource(q.name, j.id) for j in jobs)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
+                           " FOR NO KEY UPDATE", first)
+        completing = asyncio.ensure_future(
+            q.complete_many([(jobs[1], None), (jobs[0], None)]))  # 9, 10
+        await _wait_until_blocked(pool, "complete_job")
+        # the completion waits for the first row; the second is not its yet
+        await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
+                           " FOR NO KEY UPDATE", second)
+    assert await asyncio.wait_for(completing, 60) == {jobs[0].id, jobs[1].id}
+
+
+async def test_recovering_jobs_locks_their_leases_in_resource_order(
+    pool: asyncpg.Pool,
+) -> None:
+    """Recovery of expired jobs 9 and 10 against a transaction that locks their
+    lease rows in resource order (job:mail:10, then job:mail:9): recovery too
+    locks lease rows in that order, so neither is aborted as a deadlock."""
+    q = queue(pool, "w")
+    await q.enqueue_many([NewJob({"n": n}) for n in range(1, 11)])
+    await q.claim("w:1", limit=10, ttl=0.05)
+    await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp()")
+    first, second = job_resource(q.name, 10), job_resource(q.name, 9)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
+                           " FOR NO KEY UPDATE", first)
+        recovering = asyncio.ensure_future(queue(pool, "r").recover())
+        await _wait_until_blocked(pool, "over AS")
+        await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
+                           " FOR NO KEY UPDATE", second)
+    assert await asyncio.wait_for(recovering, 60) == 10

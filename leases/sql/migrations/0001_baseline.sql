@@ -659,6 +659,39 @@ CREATE INDEX fencegate_jobs_dead ON fencegate_jobs (queue, id) WHERE state = 'de
 CREATE INDEX fencegate_jobs_finished ON fencegate_jobs (finished_at)
     WHERE state IN ('completed', 'dead');
 
+-- Complete a batch of jobs ($1 ids, $2 fences, $3 result refs), each only
+-- while its fence is current, ending each one's lease: the ids that counted.
+-- One lock order everywhere: job rows before lease rows, job rows by id and
+-- lease rows by resource (as every batch of lease statements locks them), so
+-- a completion never deadlocks with another completion (a zombie's and the
+-- new holder's), a recovery, or a batch on the same leases.
+CREATE FUNCTION fencegate_complete_jobs(p_id bigint[], p_fence bigint[], p_ref text[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM fencegate_jobs j WHERE j.id = ANY(p_id) ORDER BY j.id FOR UPDATE;
+    PERFORM 1 FROM fencegate_leases l
+      WHERE l.resource IN (SELECT 'job:' || j.queue || ':' || j.id
+                             FROM fencegate_jobs j WHERE j.id = ANY(p_id))
+      ORDER BY l.resource
+        FOR NO KEY UPDATE;
+    RETURN QUERY
+    WITH done AS (
+        UPDATE fencegate_jobs j
+           SET state = 'completed', finished_at = clock_timestamp(), result_ref = t.ref
+          FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref)
+         WHERE j.id = t.id AND j.state = 'claimed' AND j.fence = t.fence
+        RETURNING j.id, j.queue, j.fence
+    ), ended AS (
+        UPDATE fencegate_leases l SET expires_at = clock_timestamp()
+          FROM done
+         WHERE l.resource = 'job:' || done.queue || ':' || done.id
+           AND l.fence = done.fence AND l.expires_at > clock_timestamp()
+    )
+    SELECT done.id FROM done;
+END
+$$;
+
 -- Wake idle workers when jobs arrive. Polling alone stays correct (behind
 -- PgBouncer in transaction mode LISTEN does not work); this only cuts the wait.
 CREATE FUNCTION fencegate_jobs_notify() RETURNS trigger
