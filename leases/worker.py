@@ -395,6 +395,14 @@ class Worker:
             if self._exit is None:
                 self._exit = exc
             self.stop()
+        except Exception:
+            # unforeseen (a bug here or in a Queue subclass): it ends this
+            # run only, logged with its job rather than left in the task for
+            # asyncio to report at garbage collection; the lease was released
+            # on the way out, so recovery runs the job again
+            log.exception("job %s of queue %s: its end could not be recorded", job.id,
+                          job.queue, extra={"queue": job.queue, "job": job.id,
+                                            "fence": job.fence})
         finally:
             self._handled(slot)
 

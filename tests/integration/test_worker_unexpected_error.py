@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 from typing import Any
 
 import asyncpg
