@@ -78,6 +78,21 @@ class Enqueued:
     deduplicated: bool
 
 
+def error_text(error: BaseException | str) -> str:
+    """``sanitize_error``, storable whatever the error holds: an exception
+    whose ``__str__`` raises is named by its type, a NUL (which PostgreSQL
+    text cannot hold) and lone surrogates (not UTF-8) are written as escapes.
+    A failure is never lost to a statement refused for its message."""
+    if not isinstance(error, str):
+        try:
+            message = str(error)
+        except Exception:
+            message = "(its message could not be read)"
+        error = f"{type(error).__name__}: {message}"
+    error = error.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    return sanitize_error(error)
+
+
 def job_resource(queue: str, job_id: int) -> str:
     return f"job:{queue}:{job_id}"
 
@@ -225,7 +240,7 @@ class Queue:
         ``"queued"`` (retried after a backoff), ``"dead"``, or ``None`` (stale)."""
         decision = self.retry.decide(job.attempts, job.max_attempts, self._rng)
         state = await self.client.fetchval("fail_job", job.id, job.fence,
-                                    sanitize_error(error), decision.delay_seconds)
+                                    error_text(error), decision.delay_seconds)
         if state is not None:
             job.lease.ended_elsewhere()
             JOBS.labels(queue=self.name, event="retried" if state == "queued" else "dead").inc()
