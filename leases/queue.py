@@ -213,8 +213,9 @@ class Queue:
                    r["priority"], lease)
 
     async def complete(self, job: Job, result_ref: str | None = None) -> bool:
-        """Mark the job done, if its fence is still current. False: a newer claim
-        owns it (this holder was a zombie) and nothing changed."""
+        """Mark the job done, if its fence is still current and its lease live.
+        False: a newer claim owns it, or its lease lapsed (this holder was a
+        zombie), and nothing changed."""
         row = await self.client.fetchrow("complete_job", job.id, job.fence, result_ref)
         if row is not None:
             job.lease.ended_elsewhere()
@@ -236,8 +237,9 @@ class Queue:
         return counted
 
     async def fail(self, job: Job, error: BaseException | str) -> str | None:
-        """Record a failed attempt, if the fence is still current: answers
-        ``"queued"`` (retried after a backoff), ``"dead"``, or ``None`` (stale)."""
+        """Record a failed attempt, if the fence is still current and the lease
+        live: answers ``"queued"`` (retried after a backoff), ``"dead"``, or
+        ``None`` (stale: a newer claim, or a lapsed lease)."""
         decision = self.retry.decide(job.attempts, job.max_attempts, self._rng)
         state = await self.client.fetchval("fail_job", job.id, job.fence,
                                     error_text(error), decision.delay_seconds)

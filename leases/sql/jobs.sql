@@ -67,30 +67,28 @@ SELECT j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_k
  ORDER BY j.priority DESC, j.run_at, j.id;
 
 -- name: complete_job
--- Counts only while the job's fence is current; ends the job's lease too.
-WITH done AS (
-    UPDATE fencegate_jobs
-       SET state = 'completed', finished_at = clock_timestamp(), result_ref = $3
-     WHERE id = $1 AND state = 'claimed' AND fence = $2
-    RETURNING id, queue
-), ended AS (
-    UPDATE fencegate_leases SET expires_at = clock_timestamp()
-     WHERE resource = (SELECT 'job:' || queue || ':' || id FROM done)
-       AND fence = $2 AND expires_at > clock_timestamp()
-)
-SELECT id FROM done;
+-- Counts only while the job's fence is current and its lease live (lease rule
+-- 4: a lapsed lease's fence records nothing, whether or not recovery has
+-- looked yet); ends the job's lease too. (fencegate_complete_jobs, alone.)
+SELECT done AS id FROM fencegate_complete_jobs(ARRAY[$1::bigint], ARRAY[$2::bigint],
+                                               ARRAY[$3::text]) AS done;
 
 -- name: fail_job
 -- A failed attempt: retried after $4 seconds, or dead after its last attempt.
+-- Counts only while the fence is current and the lease live, as complete_job.
+-- (One job: its row, then its lease row, the one order.)
 WITH failed AS (
-    UPDATE fencegate_jobs
-       SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
-           run_at = CASE WHEN attempts >= max_attempts THEN run_at
+    UPDATE fencegate_jobs j
+       SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+           run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
                          ELSE clock_timestamp() + make_interval(secs => $4::float8) END,
-           finished_at = CASE WHEN attempts >= max_attempts THEN clock_timestamp() END,
+           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN clock_timestamp() END,
            last_error = $3
-     WHERE id = $1 AND state = 'claimed' AND fence = $2
-    RETURNING id, queue, state
+      FROM fencegate_leases l
+     WHERE j.id = $1 AND j.state = 'claimed' AND j.fence = $2
+       AND l.resource = 'job:' || j.queue || ':' || j.id AND l.fence = $2
+       AND l.expires_at > clock_timestamp()
+    RETURNING j.id, j.queue, j.state
 ), ended AS (
     UPDATE fencegate_leases SET expires_at = clock_timestamp()
      WHERE resource = (SELECT 'job:' || queue || ':' || id FROM failed)
@@ -176,7 +174,7 @@ SELECT queue,
 
 -- name: complete_jobs
 -- complete_job for a batch: ($1 ids, $2 fences, $3 result refs); answers the
--- ids that counted (those whose fence was still current). The locks are taken
+-- ids that counted (fence current, lease live). The locks are taken
 -- in the one order of every statement (fencegate_complete_jobs, schema.sql).
 SELECT done AS id FROM fencegate_complete_jobs($1::bigint[], $2::bigint[], $3::text[]) AS done;
 

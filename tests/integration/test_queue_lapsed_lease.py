@@ -2,11 +2,7 @@
 its fence records nothing: not a completion, not a failure, whether or not
 recovery has looked at the job yet (so the outcome of a late statement does
 not hang on a race with the recovery sweep), as ``fencegate_check_fence``
-refuses a lapsed lease with ``lease_expired``.
-
-Pending: complete_job, complete_jobs and fail_job check the fence only (a
-change to leases/sql/jobs.sql, which is being edited elsewhere). When they
-also require ``expires_at > clock_timestamp()``, these pass: drop the mark."""
+refuses a lapsed lease with ``lease_expired``."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ import pytest
 from leases import LeaseClient, Queue
 
 
-@pytest.mark.xfail(strict=True, reason="jobs.sql checks the fence, not the lease's life")
 @pytest.mark.parametrize("call", ["complete", "complete_many", "fail"])
 async def test_a_lapsed_lease_records_nothing(pool: asyncpg.Pool, call: str) -> None:
     q = Queue(LeaseClient(pool=pool, owner="w1"), "mail", recovery_interval=3600)

@@ -660,7 +660,9 @@ CREATE INDEX fencegate_jobs_finished ON fencegate_jobs (finished_at)
     WHERE state IN ('completed', 'dead');
 
 -- Complete a batch of jobs ($1 ids, $2 fences, $3 result refs), each only
--- while its fence is current, ending each one's lease: the ids that counted.
+-- while its fence is current and its lease live (a lapsed lease's fence
+-- records nothing, as at the gateway), ending each one's lease: the ids that
+-- counted.
 -- One lock order everywhere: job rows before lease rows, job rows by id and
 -- lease rows by resource (as every batch of lease statements locks them), so
 -- a completion never deadlocks with another completion (a zombie's and the
@@ -679,8 +681,10 @@ BEGIN
     WITH done AS (
         UPDATE fencegate_jobs j
            SET state = 'completed', finished_at = clock_timestamp(), result_ref = t.ref
-          FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref)
+          FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref), fencegate_leases l
          WHERE j.id = t.id AND j.state = 'claimed' AND j.fence = t.fence
+           AND l.resource = 'job:' || j.queue || ':' || j.id AND l.fence = t.fence
+           AND l.expires_at > clock_timestamp()
         RETURNING j.id, j.queue, j.fence
     ), ended AS (
         UPDATE fencegate_leases l SET expires_at = clock_timestamp()
