@@ -686,4 +686,6 @@ class Lease:
                 outside = guarded.uncancel()
         if self._cancels and outside > 0:
             return False  # cancelled from outside too: let that cancellation go on
-        raise lost from (None if exc_type is asyncio.CancelledError else exc)
+        # the block's own error is the cause, unless it is the loss itself
+        # (its check() raised it) or the cancellation the loss made
+        raise lost from (None if exc_type is asyncio.CancelledError or exc is lost else exc)
