@@ -531,6 +531,13 @@ $$;
 -- holds is skipped, not waited for: its entries answer 'busy', and the
 -- gateway sends them alone, so one slow or locked resource never holds the
 -- rest of a batch. Otherwise each entry is exactly the single call.
+-- The lock order, everywhere: lease rows before effect rows (keys), and no
+-- statement waits for a lease row while it holds a key; lease rows, where a
+-- statement waits for several (claims, renewals, releases), in the order of
+-- their resource; keys in the order of (client, key). A batch never waits for
+-- a lease row, so it takes its entries in key order: it may wait for a key
+-- another statement holds (the same key under another resource, a purge),
+-- but two batches never wait for each other's keys, so they cannot deadlock.
 CREATE FUNCTION fencegate_admit_effects(
     p_client text[], p_key text[], p_fingerprint bytea[], p_resource text[],
     p_fence bigint[], p_provider text[], p_attempt bigint[],
@@ -545,7 +552,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     i integer;
 BEGIN
-    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    FOR i IN SELECT t.i FROM unnest(p_client, p_key) WITH ORDINALITY AS t(c, k, i)
+              ORDER BY t.c COLLATE "C", t.k COLLATE "C", t.i
     LOOP
         PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
             FOR NO KEY UPDATE SKIP LOCKED;
@@ -578,7 +586,8 @@ BEGIN
     IF NOT 'free' = ANY (p_state) THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
-    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    FOR i IN SELECT t.i FROM unnest(p_client, p_key) WITH ORDINALITY AS t(c, k, i)
+              ORDER BY t.c COLLATE "C", t.k COLLATE "C", t.i
     LOOP
         PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
             FOR NO KEY UPDATE SKIP LOCKED;
