@@ -94,6 +94,12 @@ class StoredAnswer:
     body: bytes
 
 
+#: refusals that say nothing of the request, only of the moment (a deadlock,
+#: a serialisation failure, a cancelled statement or one past the pool's
+#: statement_timeout, a lock not granted): the statement committed nothing
+_REFUSED_IN_PASSING = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError,
+                       asyncpg.QueryCanceledError, asyncpg.LockNotAvailableError)
+
 #: one admission, as the batch statement takes it
 _AdmitArgs = tuple[str, str, bytes, str, int, str, int, float, float]
 
@@ -138,10 +144,11 @@ class Ledger:
             admission: Admission | None
             try:
                 admission = await self._admissions(args)
-            except asyncpg.DeadlockDetectedError:
-                # two statements crossed on the same keys (each locks its lease
-                # rows in order, skipping held ones, but waits for a key another
-                # holds): this one committed nothing. Alone, it cannot cross.
+            except asyncpg.PostgresError:
+                # refused, so it committed nothing: a deadlock (batches take
+                # their keys in order, so only with a statement of another
+                # kind), a cancel, a statement timeout. Alone, it holds no key
+                # while it waits, and its own refusal is its own answer.
                 admission = None
             if admission is None or admission.verdict == "busy":  # alone, waiting
                 row = await self.db.fetchrow("admit_effect", *args, RESEND_MARGIN_SECONDS)
@@ -150,6 +157,9 @@ class Ledger:
         except (Unavailable, asyncio.CancelledError):
             self.free_unsent(client, key, attempt, resource)
             raise
+        except _REFUSED_IN_PASSING as exc:  # it committed nothing: there is nothing to free
+            raise Unavailable(f"the database refused the admission ({type(exc).__name__}); "
+                              "nothing was sent") from exc
         return admission
 
     async def _admit_batch(self, items: Sequence[_AdmitArgs]) -> list[Admission]:
