@@ -215,8 +215,8 @@ class Ledger:
         so a retry right after the answer finds the key free. What it came
         to: ``freed``; ``unknown`` when an earlier attempt of the key may have
         acted (the key is not free); ``gone``; or None when it did not land in
-        time (refused, logged; or no answer): the key may read in flight,
-        then unknown."""
+        time (refused, or no answer; tried again in the background): the key
+        may read in flight, then unknown."""
         recorded = self.outcomes.add(self._args(client, key, attempt, resource, "free", None,
                                                 None))
         try:
@@ -366,11 +366,11 @@ def _give_up(entry: _Entry, exc: BaseException | None) -> None:
     (never sent again); whoever waits for it is told; logged and counted."""
     args, fut, _ = entry
     if not fut.done():
-        fut.set_exception(exc or RuntimeError("the outcome writer stopped"))
+        fut.set_exception(exc or RuntimeError("not recorded in time"))
     RECORDS_GIVEN_UP.labels(state=args[4]).inc()
     log.error("could not record an effect's outcome; it will read as unknown",
               extra={"client": args[0], "key": args[1], "state": args[4],
-                     "error": type(exc).__name__ if exc else "shutdown"})
+                     "error": type(exc).__name__ if exc else "none"})
 
 
 class OutcomeWriter:
@@ -505,7 +505,12 @@ class OutcomeWriter:
         for (_, fut, _), d in zip(batch, done, strict=True):
             if d != "busy" and not fut.done():
                 fut.set_result(d)
-        self._pending.extend(busy)
+        now = asyncio.get_running_loop().time()
+        for entry in busy:  # a lease row held for a minute: given up as any other
+            if now - entry[2] < RECORD_RETRY_SECONDS:
+                self._pending.append(entry)
+            else:
+                _give_up(entry, None)
         return bool(busy)
 
     async def _each_alone(self, batch: list[_Entry]) -> None:
