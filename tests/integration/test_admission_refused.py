@@ -28,7 +28,8 @@ async def test_a_cancelled_admission_answers_unavailable(
         while not answer.done():  # each statement that waits for the row: the batch, alone
             assert time.monotonic() < give_up, "the admission did not wait for its lease row"
             row = await gw.pool.fetchrow(
-                "SELECT pid, query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "SELECT pid, query_start FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' "
                 "AND query LIKE '%fencegate_admit_effect%'")
             if row is not None and tuple(row) not in cancelled:
                 assert await gw.pool.fetchval("SELECT pg_cancel_backend($1)", row["pid"])

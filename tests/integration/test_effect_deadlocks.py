@@ -20,8 +20,9 @@ from leases import LeaseClient
 
 async def _wait_for_lock(pool: asyncpg.Pool, like: str, n: int = 1) -> None:
     give_up = time.monotonic() + 30
-    while await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
-                              "= 'Lock' AND query LIKE $1", f"%{like}%") < n:
+    while await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                              "current_database() AND wait_event_type = 'Lock' "
+                              "AND query LIKE $1", f"%{like}%") < n:
         assert time.monotonic() < give_up, f"no {like} waits on a lock"
         await asyncio.sleep(0.02)
 

@@ -58,7 +58,8 @@ async def test_two_batches_that_share_keys_do_not_deadlock(pool: asyncpg.Pool) -
         b = asyncio.ensure_future(pool.fetch(ADMIT, *batch([("J", "run:2"), ("K", "run:4")], 20)))
         give_up = time.monotonic() + 30
         while await pool.fetchval(  # both statements under way, each waiting on a lock
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' "
                 "AND query LIKE '%fencegate_admit_effects%'") < 2:
             assert time.monotonic() < give_up, "the batches did not both start"
             await asyncio.sleep(0.02)

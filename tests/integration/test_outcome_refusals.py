@@ -19,8 +19,9 @@ import asyncpg
 from gateway.ledger import Ledger, StoredAnswer, new_attempt
 from leases import LeaseClient
 
-WAITING = """SELECT pid FROM pg_stat_activity
-               WHERE wait_event_type = 'Lock' AND query LIKE '%fencegate_finish_effect%'"""
+WAITING = """SELECT (pid, query_start) FROM pg_stat_activity
+               WHERE datname = current_database() AND wait_event_type = 'Lock'
+                 AND query LIKE '%fencegate_finish_effect%'"""
 
 
 async def _wait_for(pool: asyncpg.Pool, query: str, *args: object,
@@ -55,10 +56,12 @@ async def _cancel_the_waiting_record(pool: asyncpg.Pool, resource: str) -> None:
     try:
         await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1 "
                              "FOR NO KEY UPDATE", resource)
-        pid = await _wait_for(pool, WAITING)
+        pid, started = await _wait_for(pool, WAITING)  # type: ignore[misc]
         assert await pool.fetchval("SELECT pg_cancel_backend($1)", pid)
+        # that statement is over (another may wait on the same connection since)
         await _wait_for(pool, "SELECT true WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity "
-                        "WHERE pid = $1 AND wait_event_type = 'Lock')", pid)
+                        "WHERE pid = $1 AND query_start = $2 AND wait_event_type = 'Lock')",
+                        pid, started)
     finally:
         await tx.rollback()
         await pool.release(locker)
