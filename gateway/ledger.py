@@ -26,6 +26,7 @@ from leases import Busy, LeaseClient, Unavailable, formats
 from leases.batch import Batcher
 from leases.metrics import BATCH_SIZE
 
+from .metrics import RECORDS_GIVEN_UP
 from .wire import ExtendVerdict, Verdict
 
 log = logging.getLogger("fencegate.gateway")
@@ -43,7 +44,11 @@ RESOLVE_GRACE_SECONDS = 1.0
 #: twice over (docs/gateway.md, "What the wire still holds")
 HELD_REQUEST_SECONDS = 600.0
 #: how long an outcome that could not be recorded is retried in the background
+#: (no answer, or a refusal: a cancelled statement, a deadlock); then it is
+#: given up, logged and counted (fencegate_effect_records_given_up_total)
 RECORD_RETRY_SECONDS = 60.0
+#: the pause before a record that got no answer, or was refused, is tried again
+RECORD_RETRY_PAUSE_SECONDS = 1.0
 #: nonces of abandoned attempts are kept this long
 ABANDONED_KEPT_SECONDS = 86400.0
 #: admission statements out at once per process; more calls gather meanwhile
@@ -89,6 +94,12 @@ class StoredAnswer:
     body: bytes
 
 
+#: refusals that say nothing of the request, only of the moment (a deadlock,
+#: a serialisation failure, a cancelled statement or one past the pool's
+#: statement_timeout, a lock not granted): the statement committed nothing
+_REFUSED_IN_PASSING = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError,
+                       asyncpg.QueryCanceledError, asyncpg.LockNotAvailableError)
+
 #: one admission, as the batch statement takes it
 _AdmitArgs = tuple[str, str, bytes, str, int, str, int, float, float]
 
@@ -133,10 +144,11 @@ class Ledger:
             admission: Admission | None
             try:
                 admission = await self._admissions(args)
-            except asyncpg.DeadlockDetectedError:
-                # two statements crossed on the same keys (each locks its lease
-                # rows in order, skipping held ones, but waits for a key another
-                # holds): this one committed nothing. Alone, it cannot cross.
+            except asyncpg.PostgresError:
+                # refused, so it committed nothing: a deadlock (batches take
+                # their keys in order, so only with a statement of another
+                # kind), a cancel, a statement timeout. Alone, it holds no key
+                # while it waits, and its own refusal is its own answer.
                 admission = None
             if admission is None or admission.verdict == "busy":  # alone, waiting
                 row = await self.db.fetchrow("admit_effect", *args, RESEND_MARGIN_SECONDS)
@@ -145,6 +157,9 @@ class Ledger:
         except (Unavailable, asyncio.CancelledError):
             self.free_unsent(client, key, attempt, resource)
             raise
+        except _REFUSED_IN_PASSING as exc:  # it committed nothing: there is nothing to free
+            raise Unavailable(f"the database refused the admission ({type(exc).__name__}); "
+                              "nothing was sent") from exc
         return admission
 
     async def _admit_batch(self, items: Sequence[_AdmitArgs]) -> list[Admission]:
@@ -200,8 +215,8 @@ class Ledger:
         so a retry right after the answer finds the key free. What it came
         to: ``freed``; ``unknown`` when an earlier attempt of the key may have
         acted (the key is not free); ``gone``; or None when it did not land in
-        time (refused, logged; or no answer): the key may read in flight,
-        then unknown."""
+        time (refused, or no answer; tried again in the background): the key
+        may read in flight, then unknown."""
         recorded = self.outcomes.add(self._args(client, key, attempt, resource, "free", None,
                                                 None))
         try:
@@ -225,14 +240,18 @@ class Ledger:
             done = await self._try(args)
             if done in ("freed", "unknown"):
                 return
-        if done is None:
-            await self._finish_later(args)
+        if done is None:  # no answer, or refused, every time: the writer goes on
+            self.outcomes.add(args, waited=False)
 
     async def _try(self, args: tuple[Any, ...]) -> Finished | None:
-        """Record an attempt's end; None when the database gave no answer."""
+        """Record an attempt's end; None when the database gave no answer or
+        refused the statement (cancelled, a deadlock: it committed nothing)."""
         try:
             done: Finished = await self.db.fetchval("finish_effect", *args)
-        except (Unavailable, Busy):
+        except (Unavailable, Busy, asyncpg.PostgresError) as exc:
+            log.warning("recording an effect's outcome failed; trying again",
+                        extra={"client": args[0], "key": args[1], "state": args[4],
+                               "error": type(exc).__name__})
             return None
         return done
 
@@ -241,21 +260,11 @@ class Ledger:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _finish_later(self, args: tuple[Any, ...]) -> None:
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + RECORD_RETRY_SECONDS
-        while loop.time() < give_up:
-            await asyncio.sleep(1)
-            if await self._try(args) is not None:
-                return
-        log.error("could not record an effect's outcome; it will read as unknown",
-                  extra={"client": args[0], "key": args[1], "state": args[4]})
-
     async def drain(self) -> None:
         """Wait for background writes (at shutdown)."""
-        await self.outcomes.drain(self.timeout)
         if self._background:
             await asyncio.wait(self._background, timeout=self.timeout)
+        await self.outcomes.drain(self.timeout)
 
     async def settled(self, client: str, key: str) -> None:
         """Wait for this process to land the record of an answer it gave for
@@ -352,41 +361,53 @@ def effect_view(row: asyncpg.Record) -> dict[str, Any]:
 _Entry = tuple[tuple[Any, ...], asyncio.Future[str], float]
 
 
-def _give_up(entry: _Entry, exc: BaseException) -> None:
+def _give_up(entry: _Entry, exc: BaseException | None) -> None:
     """A record that will not land: the effect reads in flight, then unknown
-    (never sent again); whoever waits for it is told."""
+    (never sent again); whoever waits for it is told; logged and counted."""
     args, fut, _ = entry
     if not fut.done():
-        fut.set_exception(exc)
+        fut.set_exception(exc or RuntimeError("not recorded in time"))
+    RECORDS_GIVEN_UP.labels(state=args[4]).inc()
     log.error("could not record an effect's outcome; it will read as unknown",
               extra={"client": args[0], "key": args[1], "state": args[4],
-                     "error": type(exc).__name__})
+                     "error": type(exc).__name__ if exc else "none"})
 
 
 class OutcomeWriter:
     """Records the ends of attempts behind the answers: whatever gathered
     while the last statement was out goes in the next one. An entry whose
-    lease row another transaction holds (``busy``) goes in the next batch; a
-    database that gives no answer is retried every second for a minute, then
-    the entry is given up (the effect reads in flight, then unknown: never
-    sent again)."""
+    lease row another transaction holds (``busy``) goes in the next batch. A
+    statement that got no answer, or that the database refused (cancelled, a
+    deadlock, a statement timeout: it committed nothing), is tried again
+    every ``RECORD_RETRY_PAUSE_SECONDS`` (a refused batch at once, one entry
+    at a time, so one refused record does not hold the others), until
+    ``RECORD_RETRY_SECONDS`` after the entry was queued; then the entry is
+    given up, logged and counted (the effect reads in flight, then unknown:
+    never sent again). Tried again, an end still counts once: its nonce."""
 
     def __init__(self, db: LeaseClient) -> None:
         self.db = db
         self._pending: list[_Entry] = []
+        #: entries to try again, with when, and whether alone (refused alone)
+        self._later: list[tuple[float, _Entry, bool]] = []
+        #: the entries of the statement out now
+        self._writing: list[_Entry] = []
         #: (client, key) → the record not landed yet
         self._by_key: dict[tuple[str, str], asyncio.Future[str]] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle: asyncio.Event | None = None
 
-    def add(self, args: tuple[Any, ...]) -> asyncio.Future[str]:
-        """Queue one attempt's end; the future is done once it is recorded."""
+    def add(self, args: tuple[Any, ...], waited: bool = True) -> asyncio.Future[str]:
+        """Queue one attempt's end; the future is done once it is recorded (or
+        the database refused it: it is still tried again). ``waited``: a
+        repeat of its key in this process waits for it (``pending``)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[str] = loop.create_future()
         self._pending.append((args, fut, loop.time()))
         key = (args[0], args[1])
-        self._by_key[key] = fut
+        if waited:
+            self._by_key[key] = fut
         fut.add_done_callback(lambda f: self._forget(key, f))
         if self._task is None or self._task.done():
             self._wake, self._idle = asyncio.Event(), asyncio.Event()
@@ -411,32 +432,71 @@ class OutcomeWriter:
         assert self._wake is not None and self._idle is not None
         loop = asyncio.get_running_loop()
         while True:
+            alone = self._due(loop.time())
+            if alone:
+                await self._each_alone(alone)
+                continue
             if not self._pending:
-                self._idle.set()
+                if not self._later:
+                    self._idle.set()
                 self._wake.clear()
-                await self._wake.wait()
+                until = min(t for t, _, _ in self._later) - loop.time() if self._later \
+                    else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), until)
+                continue
             batch = self._pending[:OUTCOME_BATCH]
             del self._pending[:OUTCOME_BATCH]
             OUTCOME_SIZES.observe(len(batch))
+            self._writing = batch
             try:
                 done = await self._write([args for args, _, _ in batch])
             except (Unavailable, Busy) as exc:
-                now = loop.time()
                 for entry in batch:
-                    if now - entry[2] < RECORD_RETRY_SECONDS:
-                        self._pending.append(entry)  # again in a second
-                    else:
-                        _give_up(entry, exc)
-                await asyncio.sleep(1)
+                    self._again(entry, exc)
                 continue
-            except Exception as exc:  # the database refused a record: never the loop's end
+            except Exception as exc:  # refused: it committed nothing; never the loop's end
                 if len(batch) == 1:
-                    _give_up(batch[0], exc)
+                    self._again(batch[0], exc, alone=True)
                 else:  # one refused record must not take the others with it
                     await self._each_alone(batch)
                 continue
+            finally:
+                self._writing = []
             if self._landed(batch, done):
                 await asyncio.sleep(0.005)  # a lease row held elsewhere: not a spin
+
+    def _due(self, now: float) -> list[_Entry]:
+        """Move the entries due to be tried again back to the queue; answer
+        those to be tried alone."""
+        alone: list[_Entry] = []
+        later = []
+        for t, entry, by_itself in self._later:
+            if t > now:
+                later.append((t, entry, by_itself))
+            elif by_itself:
+                alone.append(entry)
+            else:
+                self._pending.append(entry)
+        self._later = later
+        return alone
+
+    def _again(self, entry: _Entry, exc: BaseException, alone: bool = False) -> None:
+        """Try ``entry`` again in a moment, unless it has been tried for
+        ``RECORD_RETRY_SECONDS``. A refused one (``alone``) is tried alone,
+        and whoever waits for it is told now: it has not landed."""
+        now = asyncio.get_running_loop().time()
+        args, fut, since = entry
+        if now - since >= RECORD_RETRY_SECONDS:
+            _give_up(entry, exc)
+            return
+        if alone:
+            log.warning("the database refused an effect's outcome; trying again",
+                        extra={"client": args[0], "key": args[1], "state": args[4],
+                               "error": type(exc).__name__})
+            if not fut.done():
+                fut.set_exception(exc)
+        self._later.append((now + RECORD_RETRY_PAUSE_SECONDS, entry, alone))
 
     def _landed(self, batch: list[_Entry], done: list[str]) -> bool:
         """Settle what was recorded; requeue what found its lease row held
@@ -445,23 +505,27 @@ class OutcomeWriter:
         for (_, fut, _), d in zip(batch, done, strict=True):
             if d != "busy" and not fut.done():
                 fut.set_result(d)
-        self._pending.extend(busy)
+        now = asyncio.get_running_loop().time()
+        for entry in busy:  # a lease row held for a minute: given up as any other
+            if now - entry[2] < RECORD_RETRY_SECONDS:
+                self._pending.append(entry)
+            else:
+                _give_up(entry, None)
         return bool(busy)
 
     async def _each_alone(self, batch: list[_Entry]) -> None:
-        loop = asyncio.get_running_loop()
         for entry in batch:
+            self._writing = [entry]
             try:
                 done = await self._write([entry[0]])
             except (Unavailable, Busy) as exc:
-                if loop.time() - entry[2] < RECORD_RETRY_SECONDS:
-                    self._pending.append(entry)
-                else:
-                    _give_up(entry, exc)
+                self._again(entry, exc)
             except Exception as exc:
-                _give_up(entry, exc)
+                self._again(entry, exc, alone=True)
             else:
                 self._landed([entry], done)
+            finally:
+                self._writing = []
 
     async def _write(self, batch: list[tuple[Any, ...]]) -> list[str]:
         if len(batch) == 1:
@@ -473,7 +537,8 @@ class OutcomeWriter:
 
     async def drain(self, timeout: float) -> None:
         """Wait (up to ``timeout``) until everything queued is recorded, the
-        statement being written included."""
+        statement being written and the records to be tried again included;
+        what is left then is given up (logged, counted)."""
         if self._idle is not None and not self._idle.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout)
@@ -481,3 +546,7 @@ class OutcomeWriter:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        left = self._writing + self._pending + [entry for _, entry, _ in self._later]
+        self._writing, self._pending, self._later = [], [], []
+        for entry in left:
+            _give_up(entry, None)

@@ -57,6 +57,14 @@ PROVIDER_PAUSED = Counter(
     "or its preset's reset header); rate() is the share of time it was paused.",
     ["provider"],
 )
+RECORDS_GIVEN_UP = Counter(
+    "fencegate_effect_records_given_up_total",
+    "Ends of attempts the gateway could not record (no answer, or refused, for "
+    "RECORD_RETRY_SECONDS; or left at shutdown): their effects read in flight until their "
+    "deadline, then unknown, never sent again. By the end given up (succeeded, failed, "
+    "unknown, free).",
+    ["state"],
+)
 RATE_LIMITED = Counter(
     "fencegate_rate_limited_total",
     "Effects refused 429 rate_limited, nothing sent and the key free: by provider and "

@@ -130,13 +130,17 @@ RETURNING idempotency_key;
 -- name: purge_effects
 -- Up to $2 finished effects past the retention window ($1 seconds), oldest
 -- first; in-flight and unknown ones stay. The caller repeats until fewer
--- than $2 go.
+-- than $2 go. It takes many keys in no order of theirs, so it skips those
+-- another statement holds (a replay of the key) rather than wait for them:
+-- waiting, it could close a cycle with a batch that holds one of its keys
+-- and waits for another (schema.sql, the lock order). They go next time.
 DELETE FROM fencegate_effects
  WHERE id IN (SELECT id FROM fencegate_effects
                WHERE state IN ('succeeded', 'failed')
                  AND updated_at < clock_timestamp() - make_interval(secs => $1::float8)
                ORDER BY updated_at
-               LIMIT $2);
+               LIMIT $2
+               FOR UPDATE SKIP LOCKED);
 
 -- name: purge_abandoned_attempts
 -- Nonces of abandoned attempts older than $1 seconds: no statement lives that long.

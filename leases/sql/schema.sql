@@ -402,10 +402,12 @@ $$;
 -- unknown one may still be landing and holds it until its deadline. The lease
 -- row is locked first, in the same order as admission, so the two cannot
 -- deadlock.
-CREATE FUNCTION fencegate_finish_effect(
+-- (fencegate_finish_effect and fencegate_finish_effects call it, and choose
+-- how their commit is made.)
+CREATE FUNCTION fencegate_end_attempt(
     p_client text, p_key text, p_attempt bigint, p_resource text, p_state text,
     p_status integer, p_headers jsonb, p_body bytea, p_summary text,
-    p_never_whole boolean DEFAULT false
+    p_never_whole boolean
 ) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -413,10 +415,6 @@ DECLARE
     r_fence bigint;
     answer text;
 BEGIN
-    -- This commit need not wait for the WAL flush: if a crash loses it, the
-    -- effect reads as in flight, then unknown, and is never sent again. (The
-    -- admission's commit, which makes a send possible, does wait.)
-    PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM 1 FROM fencegate_leases WHERE resource = p_resource FOR NO KEY UPDATE;
     IF p_state = 'unknown' THEN
         UPDATE fencegate_effects
@@ -459,6 +457,31 @@ BEGIN
     UPDATE fencegate_leases SET inflight = inflight - 1
      WHERE resource = r_resource AND fence = r_fence AND inflight > 0;
     RETURN answer;
+END
+$$;
+
+-- One attempt's end, as one statement. Only a free commits as durably as the
+-- admission did (the session's synchronous_commit): it is awaited before its
+-- answer ("the key is free again"), and lost in a crash it would bring back
+-- an in-flight row, then unknown, for a key its caller was told is free.
+-- Every other end is written behind its answer and need not wait for the WAL
+-- flush: lost in a crash, it leaves the in-flight row its admission
+-- committed, which reads unknown after its deadline and is never sent again,
+-- as when the gateway dies before writing it. A later durable commit that
+-- acted on it (a claim the end let through the drain barrier) flushes it too:
+-- the WAL is one sequence.
+CREATE FUNCTION fencegate_finish_effect(
+    p_client text, p_key text, p_attempt bigint, p_resource text, p_state text,
+    p_status integer, p_headers jsonb, p_body bytea, p_summary text,
+    p_never_whole boolean DEFAULT false
+) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_state <> 'free' THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    RETURN fencegate_end_attempt(p_client, p_key, p_attempt, p_resource, p_state, p_status,
+                                 p_headers, p_body, p_summary, p_never_whole);
 END
 $$;
 
@@ -527,6 +550,13 @@ $$;
 -- holds is skipped, not waited for: its entries answer 'busy', and the
 -- gateway sends them alone, so one slow or locked resource never holds the
 -- rest of a batch. Otherwise each entry is exactly the single call.
+-- The lock order, everywhere: lease rows before effect rows (keys), and no
+-- statement waits for a lease row while it holds a key; lease rows, where a
+-- statement waits for several (claims, renewals, releases), in the order of
+-- their resource; keys in the order of (client, key). A batch never waits for
+-- a lease row, so it takes its entries in key order: it may wait for a key
+-- another statement holds (the same key under another resource, a purge),
+-- but two batches never wait for each other's keys, so they cannot deadlock.
 CREATE FUNCTION fencegate_admit_effects(
     p_client text[], p_key text[], p_fingerprint bytea[], p_resource text[],
     p_fence bigint[], p_provider text[], p_attempt bigint[],
@@ -541,7 +571,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     i integer;
 BEGIN
-    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    FOR i IN SELECT t.i FROM unnest(p_client, p_key) WITH ORDINALITY AS t(c, k, i)
+              ORDER BY t.c COLLATE "C", t.k COLLATE "C", t.i
     LOOP
         PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
             FOR NO KEY UPDATE SKIP LOCKED;
@@ -569,9 +600,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     i integer;
 BEGIN
-    -- never waits for a WAL flush: see fencegate_finish_effect
-    PERFORM set_config('synchronous_commit', 'off', true);
-    FOR i IN SELECT t.i FROM unnest(p_resource) WITH ORDINALITY AS t(r, i) ORDER BY t.r, t.i
+    -- durable if it holds a free, else no wait for the WAL flush: see
+    -- fencegate_finish_effect
+    IF NOT 'free' = ANY (p_state) THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    FOR i IN SELECT t.i FROM unnest(p_client, p_key) WITH ORDINALITY AS t(c, k, i)
+              ORDER BY t.c COLLATE "C", t.k COLLATE "C", t.i
     LOOP
         PERFORM 1 FROM fencegate_leases WHERE resource = p_resource[i]
             FOR NO KEY UPDATE SKIP LOCKED;
@@ -580,7 +615,7 @@ BEGIN
             RETURN QUERY SELECT i, 'busy'::text;
             CONTINUE;
         END IF;
-        RETURN QUERY SELECT i, fencegate_finish_effect(
+        RETURN QUERY SELECT i, fencegate_end_attempt(
             p_client[i], p_key[i], p_attempt[i], p_resource[i], p_state[i], p_status[i],
             p_headers[i], p_body[i], p_summary[i], coalesce(p_never_whole[i], false));
     END LOOP;
