@@ -253,7 +253,7 @@ class LeaseClient:
         """One renewal in a statement of its own, which waits for its row
         should another transaction hold it locked."""
         row = await self.fetchrow("renew_lease", *item, keeping=True)
-        return None if row is None else row["expires_at"]  # type: ignore[no-any-return]
+        return None if row is None else row["expires_at"]
 
     async def _release_batch(self, items: Sequence[tuple[str, str, int]]) -> list[bool]:
         if len(items) == 1:
