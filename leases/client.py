@@ -111,7 +111,7 @@ class LeaseClient:
         self._claims: Batcher[tuple[str, str, float], asyncpg.Record | None] = \
             Batcher(self._claim_batch, name="claim")
         self._renewals: Batcher[tuple[str, str, int, float, float],
-                                dt.datetime | None | _Locked] = \
+                                dt.datetime | _Locked | None] = \
             Batcher(self._renew_batch, name="renew")
         self._releases: Batcher[tuple[str, str, int], bool] = Batcher(self._release_batch,
                                                                         name="release")
@@ -239,7 +239,7 @@ class LeaseClient:
         return [won.get(n + 1) for n in range(len(items))]
 
     async def _renew_batch(self, items: Sequence[tuple[str, str, int, float, float]],
-                           ) -> list[dt.datetime | None | _Locked]:
+                           ) -> list[dt.datetime | _Locked | None]:
         if len(items) == 1:
             return [await self._renew_alone(items[0])]
         rows = await self.fetch_keeping("renew_leases", *(list(c) for c in zip(*items,

@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
@@ -33,6 +33,11 @@ DEFAULT_RECOVERY_INTERVAL_SECONDS = 5.0
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 MAX_BATCH = 1000
 PURGE_BATCH = 1000
+
+
+#: the states of a job (docs/leases.md, "A job's states"); `scheduled`, in
+#: counts, is a `queued` job not yet due
+JobState = Literal["queued", "claimed", "completed", "dead"]
 
 
 @dataclass(frozen=True)
@@ -236,7 +241,8 @@ class Queue:
             JOBS.labels(queue=self.name, event="completed").inc(len(counted))
         return counted
 
-    async def fail(self, job: Job, error: BaseException | str) -> str | None:
+    async def fail(self, job: Job, error: BaseException | str,
+                   ) -> Literal["queued", "dead"] | None:
         """Record a failed attempt, if the fence is still current and the lease
         live: answers ``"queued"`` (retried after a backoff), ``"dead"``, or
         ``None`` (stale: a newer claim, or a lapsed lease)."""
@@ -316,7 +322,8 @@ class Queue:
             JOBS.labels(queue=self.name, event="replayed").inc(total)
         return total
 
-    async def list(self, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    async def list(self, state: JobState | None = None,
+                   limit: int = 100) -> list[dict[str, Any]]:
         """This queue's jobs (only those in ``state``, when given), at most
         ``limit``, as dicts of their columns (the payload decoded).
 
