@@ -12,12 +12,13 @@ the same batch statement.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
-from leases import LeaseClient, policy
+from leases import Lease, LeaseClient, policy
 
 #: a long ttl with frequent renewals: the deadline is far (24 s) from the
 #: first renewal (0.6 s), so nothing here depends on how busy the machine is
@@ -65,9 +66,9 @@ async def _renewal_waiting_on_lock(admin: asyncpg.Connection) -> int:
             await asyncio.sleep(0.01)
 
 
-async def _renewed(lease: object, past: object) -> None:
+async def _renewed(lease: Lease, past: dt.datetime) -> None:
     async with asyncio.timeout(WAIT_SECONDS):
-        while getattr(lease, "expires_at") <= past:
+        while lease.expires_at <= past:
             await asyncio.sleep(0.01)
 
 
