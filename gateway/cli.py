@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from leases import LeaseClient, formats, jobs_cli, logs
+from leases import Database, formats, jobs_cli, logs
 from leases import cli as leases_cli
 from leases.errors import LeasesError
 
@@ -106,7 +106,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _effects(args: argparse.Namespace) -> int:
     async def run(pool: asyncpg.Pool) -> int:
-        ledger = Ledger(LeaseClient(pool=pool, timeout=10.0))
+        ledger = Ledger(Database(pool=pool, timeout=10.0))
         if args.verb in ("show", "resolve") and args.client is None:
             clients = await ledger.clients_of(args.key)
             if len(clients) != 1:

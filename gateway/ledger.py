@@ -1,6 +1,6 @@
 """The effect ledger: admission (fence check + key reservation, one round
 trip), the end of each attempt, and the operators' view. The statements live in
-``leases/sql/effects.sql``, run through the gateway's ``LeaseClient``: a
+``leases/sql/effects.sql``, run through the gateway's ``Database`` (leases/db.py): a
 database that gives no answer raises ``leases.Unavailable``, which the
 problem middleware answers 503, once.
 
@@ -22,7 +22,7 @@ from typing import Any, Literal, cast
 
 import asyncpg
 
-from leases import Busy, LeaseClient, Unavailable, formats
+from leases import Busy, Database, Unavailable, formats
 from leases.batch import Batcher
 from leases.metrics import BATCH_SIZE
 
@@ -121,7 +121,7 @@ class Ledger:
     effect costs one synchronous statement on its response path, shared
     under load."""
 
-    def __init__(self, db: LeaseClient) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
         self.timeout = db.timeout or 5.0
         self._background: set[asyncio.Task[None]] = set()
@@ -385,7 +385,7 @@ class OutcomeWriter:
     given up, logged and counted (the effect reads in flight, then unknown:
     never sent again). Tried again, an end still counts once: its nonce."""
 
-    def __init__(self, db: LeaseClient) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
         self._pending: list[_Entry] = []
         #: entries to try again, with when, and whether alone (refused alone)

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from leases import LeaseClient, Unavailable
+from leases import Database, Unavailable
 
 log = logging.getLogger("fencegate.rejections")
 
@@ -45,7 +45,7 @@ class Rejection:
 class RejectionLog:
     """This process's buffer of rejections, and the task that writes it."""
 
-    def __init__(self, db: LeaseClient, *, retention_seconds: float = RETENTION_SECONDS) -> None:
+    def __init__(self, db: Database, *, retention_seconds: float = RETENTION_SECONDS) -> None:
         self.db = db
         self.retention_seconds = retention_seconds
         self.dropped = 0

@@ -1,6 +1,7 @@
 """Fenced leases on PostgreSQL: the lease manager, the lease client and the work queue."""
 
-from .client import Lease, LeaseClient, LeaseInfo
+from .client import LeaseClient, LeaseInfo
+from .db import Database
 from .errors import (
     Busy,
     InvalidArgument,
@@ -10,6 +11,7 @@ from .errors import (
     SchemaTooNew,
     Unavailable,
 )
+from .lease import Lease
 from .policy import RenewalPolicy
 from .queue import Job, NewJob, Queue
 from .retry import RetryDecision, RetryPolicy
@@ -17,6 +19,7 @@ from .worker import Worker
 
 __all__ = [
     "Busy",
+    "Database",
     "InvalidArgument",
     "Job",
     "Lease",

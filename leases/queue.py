@@ -18,8 +18,9 @@ from typing import Any, Literal
 import asyncpg
 
 from . import clock, policy
-from .client import Lease, LeaseClient
+from .client import LeaseClient
 from .errors import InvalidArgument
+from .lease import Lease
 from .metrics import AWAITING_PURGE, JOBS
 from .retry import RetryPolicy, sanitize_error
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from leases import LeaseClient
+from leases import Database
 from leases.redact import redact
 
 from ..ledger import RESOLVE_GRACE_SECONDS
@@ -130,7 +130,7 @@ def _page(query: Mapping[str, str]) -> tuple[int, int]:
     return _int(query, "page", 1, MAX_PAGE), _int(query, "per", ROWS, MAX_PER_PAGE)
 
 
-async def leases(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
+async def leases(db: Database, query: Mapping[str, str]) -> dict[str, Any]:
     status = _choice(query, "status", ("live", "ended"))
     resource = _text(query, "resource")
     page, per = _page(query)
@@ -155,7 +155,7 @@ async def leases(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
             "window_minutes": int(RECENT_LEASES_SECONDS // 60)}
 
 
-async def effects(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
+async def effects(db: Database, query: Mapping[str, str]) -> dict[str, Any]:
     filters = {"key": _text(query, "key"), "resource": _text(query, "resource"),
                "state": _choice(query, "state", EFFECT_STATES),
                "provider": _text(query, "provider"),
@@ -182,7 +182,7 @@ async def effects(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
             "window_minutes": int(EFFECT_COUNTS_SECONDS // 60)}
 
 
-async def effect(db: LeaseClient, client: str, key: str) -> dict[str, Any]:
+async def effect(db: Database, client: str, key: str) -> dict[str, Any]:
     """One effect's page: its ledger row (None once gone), its resolutions, the
     current lease row of its resource and the rejections recorded on it. A
     client or key holding a NUL names no effect (PostgreSQL text holds none)."""
@@ -221,7 +221,7 @@ def _body_text(body: bytes) -> Any:
         return text
 
 
-async def rejections(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
+async def rejections(db: Database, query: Mapping[str, str]) -> dict[str, Any]:
     by_minute = await db.fetch("rejections_by_minute", REJECTIONS_SECONDS)
     resources = _rows(await db.fetch("rejected_resources", REJECTIONS_SECONDS, ROWS,
                                      list(ZOMBIE_REASONS)))
@@ -238,7 +238,7 @@ async def rejections(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any
             "window_minutes": int(REJECTIONS_SECONDS // 60)}
 
 
-async def queues(db: LeaseClient, query: Mapping[str, str]) -> dict[str, Any]:
+async def queues(db: Database, query: Mapping[str, str]) -> dict[str, Any]:
     depths: dict[str, dict[str, int]] = {}
     for r in await db.fetch("queue_depths"):
         depths.setdefault(r["queue"], {})[r["state"]] = r["jobs"]
