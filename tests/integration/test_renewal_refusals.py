@@ -67,7 +67,7 @@ async def _renewal_waiting_on_lock(admin: asyncpg.Connection) -> int:
 
 async def _renewed(lease: object, past: object) -> None:
     async with asyncio.timeout(WAIT_SECONDS):
-        while getattr(lease, "expires_at") <= past:
+        while lease.expires_at <= past:
             await asyncio.sleep(0.01)
 
 

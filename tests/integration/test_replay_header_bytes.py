@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from tests.integration.conftest import Gw
-from tests.integration.test_outcome_writer import (  # noqa: F401
+from tests.support.legacy_peer import (  # noqa: F401
     LegacyPeer,
     legacy,
     legacy_gateway,
