@@ -1,4 +1,4 @@
-"""Two admission statements that cross on the same keys (third review).
+"""Two admission statements that cross on the same keys.
 
 Each batch locks its lease rows in name order and skips those held
 elsewhere, so batches never wait on each other's lease rows; they can still

@@ -1,13 +1,7 @@
-"""Review 3: the outcome writer (gateway/ledger.py, OutcomeWriter) behind the
-answer.
-
-A provider's answer header with bytes that are not UTF-8 (a legacy server's
-``Content-Disposition: attachment; filename="résumé.pdf"`` in Latin-1, which
-HTTP allows as obs-text) reaches the gateway as a str with lone surrogates
-(aiohttp decodes with surrogateescape). The outcome record carries the kept
-headers as JSON; PostgreSQL's jsonb refuses the lone surrogate escapes, a
-``PostgresError`` that is neither ``Unavailable`` nor ``Busy``: the record
-never lands, and the writer's task dies with every record of its batch."""
+"""The outcome writer behind the answer records what it can: an answer whose
+header is not UTF-8 (a legacy server's Latin-1 ``Content-Disposition``) is
+recorded and replayed, and a record the database refuses fails alone, without
+losing the records batched with it or ending the writer."""
 
 from __future__ import annotations
 
@@ -99,12 +93,12 @@ async def test_a_record_the_database_refuses_fails_alone_and_the_writer_lives_on
     again), and later records still land."""
     gw = await make_gw()
     await gw.pool.execute("""
-        CREATE FUNCTION review3_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        CREATE FUNCTION refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
-        CREATE TRIGGER review3_refuse BEFORE UPDATE ON fencegate_effects FOR EACH ROW
+        CREATE TRIGGER refuse_update BEFORE UPDATE ON fencegate_effects FOR EACH ROW
           WHEN (NEW.idempotency_key = 'refused' AND OLD.state = 'in_flight'
                 AND NEW.state <> 'in_flight')
-          EXECUTE FUNCTION review3_refuse();""")
+          EXECUTE FUNCTION refuse_update();""")
     try:
         held, refused, innocent, later = [await gw.leases.claim(f"run:{n}", ttl=60)
                                           for n in ("held", "refused", "innocent", "later")]
@@ -149,8 +143,8 @@ async def test_a_record_the_database_refuses_fails_alone_and_the_writer_lives_on
         assert (status, body["code"]) == (409, "effect_in_progress")
         assert [d.path for d in gw.hook.deliveries].count("/hook/x") == 3
     finally:
-        await gw.pool.execute("DROP TRIGGER review3_refuse ON fencegate_effects; "
-                              "DROP FUNCTION review3_refuse()")
+        await gw.pool.execute("DROP TRIGGER refuse_update ON fencegate_effects; "
+                              "DROP FUNCTION refuse_update()")
 
 
 async def _states_once_landed(gw: Gw, keys: tuple[str, ...]) -> dict[str, str]:
