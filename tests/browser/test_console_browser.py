@@ -25,7 +25,7 @@ from gateway.state import GATEWAY
 from leases import LeaseClient, Queue
 from tests.browser.conftest import CHROMIUM
 from tests.integration.conftest import API_KEY
-from tests.integration.test_console import OPERATOR_KEY, _unknown_effect, console_config
+from tests.support.console import OPERATOR_KEY, console_config, unknown_effect
 
 #: waits for what the page shows; generous, as the test must not flake (not a measurement)
 WAIT_MS = 30_000
@@ -90,7 +90,7 @@ async def test_an_operator_at_work(gateway: tuple[str, Any], pool: asyncpg.Pool,
 
     url, app = gateway
     old, _ = await _traffic(url, pool)
-    await _unknown_effect(pool, "quote-7", past_deadline=True)
+    await unknown_effect(pool, "quote-7", past_deadline=True)
     q = Queue(LeaseClient(pool=pool), "outreach")
     job_id = await q.enqueue({"lead": 42, "template": "welcome", "api_key": "sk_live_123"},
                              max_attempts=1)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from leases import LeaseClient, database
-from tests.docs.test_snippets import ROOT, SNIPPETS, Snippet
 from tests.integration.conftest import API_KEY, Gw
+from tests.support.snippets import ROOT, SNIPPETS, Snippet
 
 
 def recipe(name: str) -> Snippet:

@@ -12,57 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from leases import database
 from tests.integration.conftest import API_KEY, Gw
-
-ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```",
-                   re.MULTILINE | re.DOTALL)
-NOT_RUN = re.compile(r"<!-- not run: (?P<why>[^>]*\S)\s*-->")
-RUNNERS = {"python": "py", "sh": "sh", "bash": "sh", "js": "mjs", "toml": "toml"}
-
-
-@dataclass(frozen=True)
-class Snippet:
-    path: Path
-    line: int
-    lang: str
-    code: str
-    not_run: str | None
-
-    @property
-    def name(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
-
-
-def snippets() -> list[Snippet]:
-    found = []
-    for path in DOCUMENTS:
-        text = path.read_text()
-        for m in FENCE.finditer(text):
-            lang = m["lang"].lower()
-            if lang not in RUNNERS:
-                continue
-            line = text.count("\n", 0, m.start()) + 1
-            before = "\n".join(text[:m.start()].splitlines()[-2:])
-            marked = NOT_RUN.search(before)
-            body = "\n".join(ln[len(m["indent"]):] for ln in m["body"].splitlines())
-            found.append(Snippet(path, line, lang, body + "\n", marked["why"] if marked else None))
-    return found
-
-
-SNIPPETS = snippets()
+from tests.support.snippets import DOCUMENTS, ROOT, RUNNERS, SNIPPETS, Snippet
 
 
 def test_every_document_is_read_and_skips_say_why() -> None:

@@ -1,13 +1,7 @@
-"""Review 7: closing the LeaseClient cuts the abandon of a lost claim short.
-
-4ad4e56 looks for an unanswered claim (under an owner made up for it) for
-30 s, since its statement may still be on its way when the caller gets
-``Unavailable``. But ``LeaseClient.close()`` waits for background work only
-``RELEASE_ON_CLOSE_SECONDS`` (2 s), then cancels it. The ordinary way to use
-the client, ``async with LeaseClient(...) as client:``, closes it the moment
-the ``Unavailable`` of the claim leaves the block: a claim that lands 3 s
-after it was sent then holds the resource for its whole ttl, though docs/leases.md
-promises it is looked for 30 s."""
+"""Closing the LeaseClient does not cut short the abandon of a claim whose
+answer was lost: the claim is looked for as long as docs/leases.md promises
+(30 s), even when ``async with LeaseClient(...)`` closes the client the moment
+the claim's ``Unavailable`` leaves the block."""
 
 from __future__ import annotations
 

@@ -1,27 +1,7 @@
-"""Review 8: abandoning a claim that never reached the database makes up a
-lease row, and the gateway then tells callers a fence was granted on a
-resource nobody ever claimed.
-
-``LeaseClient.claim`` abandons the claim of a made-up owner on any exception,
-``Busy`` included, which says "nothing was sent". ``fencegate_abandon_claim``
-(migration 0008) writes the lease row in every case: with no row, it inserts
-one, owner the made-up owner and a fence from ``fencegate_next_fence(0)``
-that no claim ever issued. From then on the resource looks claimed:
-
-- ``GET /v1/leases/{resource}`` answers an owner and a fence (its documented
-  answer for a resource never claimed is ``fence: null``);
-- an effect on it is refused ``stale_fence`` (docs/gateway.md: "a newer fence
-  exists", counted in ``fencegate_fence_rejections_total{reason="stale_fence"}``,
-  the zombie signal) with a ``current_fence`` nobody was ever granted, instead
-  of ``no_lease`` ("no lease was ever granted on the resource", the
-  FencegateFenceMisuse alert's signal).
-
-Suggested fix: do not abandon when nothing was sent (``Busy``, a claim that
-never left the batcher); and have the abandon leave a resource without a row
-as it is, blocking a claim under way another way (e.g. take the advisory
-lock ``pg_advisory_xact_lock(hashtext(resource))`` in both the abandon and
-the checked claim), or mark the made-up row so ``show`` and the admission
-read it as "never granted"."""
+"""A claim that never reached the database is not abandoned and leaves no
+lease row: the resource still reads never claimed (``fence: null``), and an
+effect on it is refused ``no_lease``, never ``stale_fence`` with a fence nobody
+was granted."""
 
 from __future__ import annotations
 

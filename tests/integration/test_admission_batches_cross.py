@@ -1,14 +1,11 @@
-"""Two admission statements that share keys (third review).
+"""Two admission statements that cross on the same keys.
 
 Each batch skips the lease rows held elsewhere, so batches never wait on
 each other's lease rows; they can wait on each other's idempotency keys.
 Batch A admits K on R1 and J on R3; batch B (another gateway process)
-admits J on R2 and K on R4. Taken in resource order, A held K and waited
-for J while B held J and waited for K, and PostgreSQL ended one of them
-with a deadlock error (its callers were then admitted one at a time).
-Batches now take their keys in key order, so both want J first and one
-waits (test_effect_lock_order); either way every caller gets a verdict,
-never 500, and each key is admitted once.
+admits J on R2 and K on R4. Batches take their keys in key order, so both
+want J first and one waits for the other (test_effect_lock_order.py); every
+caller gets a verdict, never 500, and each key is admitted once.
 """
 
 from __future__ import annotations

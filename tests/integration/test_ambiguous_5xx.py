@@ -1,5 +1,5 @@
-"""Review: a 502/500 from a provider that dedupes nothing frees the key,
-though the request may have been acted on."""
+"""A 502 or 500 from a provider that dedupes nothing does not free the key:
+the request may have been acted on."""
 
 from __future__ import annotations
 

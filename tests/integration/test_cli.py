@@ -7,9 +7,7 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -18,8 +16,8 @@ import asyncpg
 from gateway.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import database, sql
+from tests.support.served import FENCEGATE, free_port, serve
 
-FENCEGATE = [sys.executable, "-m", "gateway.cli"]
 ROOT = Path(__file__).resolve().parents[2]
 #: series only a worker process exports (leases.observe; deploy-check scrapes
 #: both), and the queue gauges, one series per queue that has jobs
@@ -123,19 +121,12 @@ def _children(pid: int) -> list[int]:
     return sorted(out)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_serve_with_two_workers_shares_the_port_and_the_metrics(
     dsn: str, tmp_path: Path
 ) -> None:
     smtp, hook = await SmtpSink().start(), await WebhookSink().start()
-    port = _free_port()
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(f"""
+    port = free_port()
+    proc, url = await serve(tmp_path, f"""
 [server]
 port = {port}
 [database]
@@ -148,23 +139,9 @@ resources = ["run:*"]
 kind = "smtp"
 host = "127.0.0.1"
 port = {smtp.port}
-""")
-    env = {**os.environ, "FG_TEST_DSN": dsn}
-    log = tmp_path / "serve.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg), "--workers", "2"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=sink)
-    url = f"http://127.0.0.1:{port}"
+""", port, dsn, "--workers", "2")
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(100):
-                try:
-                    async with http.get(url + "/readyz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
             # before any traffic: every series the alert rules and the dashboard
             # read exists, so increase() sees its first step (deploy/)
             async with http.get(url + "/metrics") as r:
@@ -214,7 +191,7 @@ port = {smtp.port}
             proc.kill()
         await smtp.close()
         await hook.close()
-    stderr = log.read_text()
+    stderr = (tmp_path / "serve.log").read_text()
     assert "Traceback" not in stderr
     for line in stderr.splitlines():  # logs are JSON, and never carry the API key
         if line.startswith("{"):

@@ -1,13 +1,6 @@
-"""Review 7: `fencegate lease claim` without --owner whose answer is lost
-leaves the resource to an owner nobody knows, for the whole ttl.
-
-The fix of the lost claim answer (4ad4e56) abandons such a claim in the
-background, looking for it for 30 s. The CLI never gives that a chance:
-`run_with_client` never closes the LeaseClient, the pool is closed as the
-error comes out of the command (an abandon look on a closing pool fails:
-"pool is closing" reads as Unavailable), and `asyncio.run` then cancels the
-abandon task. Not even the first look reaches the database, though it is
-reachable: only the one answer was lost."""
+"""`fencegate lease claim` without --owner whose answer is lost abandons the
+claim before the command ends: the resource is not left for its whole ttl to
+an owner nobody knows."""
 
 from __future__ import annotations
 

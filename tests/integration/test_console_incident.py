@@ -14,7 +14,7 @@ import pytest
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import LeaseClient, Queue
 from tests.integration.conftest import API_KEY
-from tests.integration.test_console import OPERATOR_KEY, Console, _unknown_effect, open_console
+from tests.support.console import OPERATOR_KEY, Console, open_console, unknown_effect
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ async def test_an_effect_has_a_page_with_what_the_ledger_keeps(console: Console)
     attempts, times and the provider's answer), the resource's current lease
     and the rejections recorded on it; and a resolve form that needs a tick."""
     await console.login()
-    await _unknown_effect(console.pool, "quote-7", past_deadline=True)
+    await unknown_effect(console.pool, "quote-7", past_deadline=True)
     await _rejection(console, "run:u", "stale_fence", "zombie-key-1")
     status, html, _ = await console.page("/console/effect?client=agents&key=quote-7")
     assert status == 200
@@ -74,7 +74,7 @@ async def test_resolving_needs_a_confirmation_and_names_the_operator(console: Co
     with the operator's client name and time, and an effect resolved
     not_sent (its row deleted: the key is free) stays findable."""
     await console.login()
-    await _unknown_effect(console.pool, "quote-9", past_deadline=True)
+    await unknown_effect(console.pool, "quote-9", past_deadline=True)
     form = {"client": "agents", "key": "quote-9", "outcome": "not_sent",
             "csrf": await console.csrf()}
     _, where = await console.post("/console/effects/resolve", form)
@@ -117,7 +117,7 @@ async def test_a_post_without_origin_is_refused(console: Console) -> None:
     """docs/console.md: every action must come from the console's own origin.
     A POST that names none (no Origin, no Sec-Fetch-Site) is not trusted."""
     await console.login()
-    await _unknown_effect(console.pool, "quote-10", past_deadline=True)
+    await unknown_effect(console.pool, "quote-10", past_deadline=True)
     form = {"client": "agents", "key": "quote-10", "outcome": "sent", "confirm": "yes",
             "csrf": await console.csrf()}
     async with console.http.post(console.url + "/console/effects/resolve", data=form,
@@ -164,7 +164,7 @@ async def test_every_time_is_written_one_way(console: Console) -> None:
         script = await r.text()
     assert "toLocale" not in script and "toISOString" in script
     await console.login()
-    await _unknown_effect(console.pool, "quote-11", past_deadline=True)
+    await unknown_effect(console.pool, "quote-11", past_deadline=True)
     _, html, _ = await console.page("/console/effect?client=agents&key=quote-11")
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", html)
     assert " PM" not in html and " AM" not in html

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,13 +34,11 @@ from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.idempotency import message_id
 from leases import Lease, LeaseClient
 from tests.integration.conftest import Gw
-from tests.integration.test_cli import FENCEGATE, _free_port
+from tests.support.drain import FAST, RATE, claim_after_barrier
+from tests.support.served import free_port, serve
 from tests.support.slowlink import SlowLink
 
 BODY_BYTES = 400_000
-RATE = 64_000  # bytes a second: the body needs over 6 s, the attempt has 2
-FAST = {"database_timeout_seconds": 1, "barrier_grace_seconds": 0.5,
-        "max_body_bytes": 1024 * 1024}
 
 
 @pytest.fixture
@@ -64,12 +61,6 @@ def _slow_hook(link: SlowLink) -> dict[str, dict[str, object]]:
                          "idempotency_header": ""}}
 
 
-async def _claim_after(b: LeaseClient, resource: str) -> None:
-    """Claim ``resource`` as soon as its drain barrier lets a claim win."""
-    while await b.claim(resource, ttl=30) is None:
-        await asyncio.sleep(0.02)
-
-
 def _fence_f(gw: Gw, lease: Lease) -> list[object]:
     return [d for d in gw.hook.deliveries
             if d.headers.get("Fence-Token") == str(lease.fence)
@@ -88,7 +79,7 @@ async def test_a_timed_out_http_request_leaves_nothing_on_the_wire(
     status, _, body = await gw.post("/v1/http/slowhook/x", gw.headers(lease, "big-1"),
                                     data=b"x" * BODY_BYTES)
     assert status == 504 and body["code"] == "provider_timeout", body
-    await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+    await claim_after_barrier(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
     [conn] = http_link.conns
     await conn.ended.wait()
     await conn.settled.wait()
@@ -110,7 +101,7 @@ async def test_a_provider_that_stops_reading_gets_nothing_after_the_barrier(
     status, _, body = await gw.post("/v1/http/slowhook/x", gw.headers(lease, "stopped-1"),
                                     data=b"x" * BODY_BYTES)
     assert status == 504 and body["code"] == "provider_timeout", body
-    await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+    await claim_after_barrier(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
     http_link.set_rate(None)  # the provider reads again, at full speed
     [conn] = http_link.conns
     await conn.ended.wait()
@@ -163,7 +154,7 @@ async def test_an_smtp_message_cut_in_data_is_never_accepted_later(
     status, _, body = await gw.email(lease, "mail-1", body={"attachments": [
         {"filename": "big.bin", "content": content, "content_type": "application/pdf"}]})
     assert status in (504, 503), body
-    await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+    await claim_after_barrier(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
     [conn] = smtp_link.conns
     await conn.ended.wait()
     await conn.settled.wait()
@@ -176,9 +167,8 @@ async def test_an_smtp_message_cut_in_data_is_never_accepted_later(
 async def _serve(tmp_path: Path, dsn: str, link: SlowLink) -> tuple[subprocess.Popen[bytes],
                                                                      str]:
     """A gateway process (``fencegate serve``) whose provider is behind ``link``."""
-    port = _free_port()
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(f"""
+    port = free_port()
+    return await serve(tmp_path, f"""
 [server]
 port = {port}
 database_timeout_seconds = 1
@@ -196,22 +186,7 @@ base_url = "http://127.0.0.1:{link.port}/hook"
 timeout_seconds = 2
 rate_limit_per_second = 100000
 idempotency_header = ""
-""")
-    with (tmp_path / "serve.log").open("wb") as log:
-        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg)],
-                                env={**os.environ, "FG_TEST_DSN": dsn},
-                                stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as http:
-        for _ in range(400):
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(url + "/readyz") as r:
-                    if r.status == 200:
-                        return proc, url
-            await asyncio.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise AssertionError("the gateway never became ready")
+""", port, dsn)
 
 
 async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
@@ -242,7 +217,7 @@ async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    await _claim_after(LeaseClient(pool=pool, owner="worker-b"), "run:A")
+    await claim_after_barrier(LeaseClient(pool=pool, owner="worker-b"), "run:A")
     [conn] = http_link.conns
     await conn.ended.wait()
     await conn.settled.wait()
@@ -275,7 +250,7 @@ async def test_a_gateway_stopped_across_its_deadline_completes_nothing_after_f1(
                 await asyncio.sleep(0.01)
             proc.send_signal(signal.SIGSTOP)
             try:
-                await _claim_after(LeaseClient(pool=pool, owner="worker-b"), "run:A")
+                await claim_after_barrier(LeaseClient(pool=pool, owner="worker-b"), "run:A")
             finally:
                 proc.send_signal(signal.SIGCONT)
             with contextlib.suppress(aiohttp.ClientError):

@@ -25,7 +25,7 @@ from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.idempotency import message_id
 from leases import LeaseClient
 from tests.integration.conftest import Gw
-from tests.integration.test_drain_on_the_wire import FAST, RATE, _claim_after
+from tests.support.drain import FAST, RATE, claim_after_barrier
 from tests.support.slowlink import SlowLink
 
 
@@ -72,7 +72,7 @@ async def test_an_smtp_message_over_tls_cut_in_data_is_never_accepted_later(
         status, _, body = await gw.email(lease, "mail-tls-1", body={"attachments": [
             {"filename": "big.bin", "content": content, "content_type": "application/pdf"}]})
         assert status in (504, 503), body
-        await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+        await claim_after_barrier(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
         [conn] = link.conns
         await conn.ended.wait()
         await conn.settled.wait()
@@ -140,7 +140,7 @@ async def test_a_reused_connection_that_timed_out_leaves_nothing_on_the_wire(
         status, _, body = await gw.post("/v1/http/linkhook/x", gw.headers(lease, "big-1"),
                                         data=b"x" * 400_000)
         assert status == 504 and body["code"] == "provider_timeout", (status, body)
-        await _claim_after(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
+        await claim_after_barrier(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A")
         [conn] = link.conns  # one connection: the big request reused it
         await conn.ended.wait()
         await conn.settled.wait()

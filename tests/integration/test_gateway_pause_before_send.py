@@ -1,5 +1,6 @@
-"""Review: the drain barrier against a gateway process that is paused between
-its last deadline check and the bytes leaving for the provider."""
+"""The drain barrier holds against a gateway process that is paused between
+its last deadline check and the bytes leaving for the provider: fence F's
+request never reaches the provider after fence F+1 was granted."""
 
 from __future__ import annotations
 
@@ -69,20 +70,14 @@ def _headers(resource: str, fence: int, key: str) -> dict[str, str]:
             "Fence-Token": str(fence), "Idempotency-Key": key}
 
 
-async def test_a_pause_after_the_last_deadline_check_lets_fence_f_land_after_f_plus_1(
+async def test_a_pause_after_the_last_deadline_check_never_lands_fence_f_after_f_plus_1(
     gateway_url: str, provider: ThreadedSink, dsn: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """HttpProvider.send checks ``deadline.can_start()`` once, arms an asyncio
-    timeout, then builds the request and hands it to aiohttp. A pause of the
-    gateway process that falls there is not noticed: on waking, aiohttp's
-    body-writer task was queued before the expired timeout's callback, so the
-    request is written (on a reused keep-alive connection nothing else yields
-    first), although the database's barrier for this attempt (its deadline + 2 s
-    grace) has passed and fence F+1 was granted meanwhile.
-
-    The code says a pause right after the check "must still fall inside the
-    database's barrier (docs/gateway.md, 'the one assumption')", but no such
-    section exists, and a 2 s grace is far below the stalls operators see."""
+    """The whole gateway process stops (here for ``PAUSE_SECONDS``) after its
+    last deadline check and before the request is written, on a reused
+    keep-alive connection, while another worker keeps claiming the resource:
+    once fence F+1 is granted, no byte of fence F's request reaches the
+    provider."""
     leases = LeaseClient(dsn, owner="worker-a")
     async with aiohttp.ClientSession() as http:
         warm = await leases.claim("run:warm", ttl=30)

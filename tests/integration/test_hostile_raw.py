@@ -3,23 +3,12 @@ would never send."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
 
 from tests.integration.conftest import API_KEY, Gw
-
-
-async def raw(gw: Gw, request: bytes) -> tuple[int, bytes]:
-    host, port = gw.url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(request)
-    await writer.drain()
-    data = await asyncio.wait_for(reader.read(65536), 10)
-    writer.close()
-    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
-    return status, data
+from tests.support.rawhttp import raw
 
 
 def request(headers: list[tuple[bytes, bytes]], body: bytes = b"{}",

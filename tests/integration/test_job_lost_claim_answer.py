@@ -1,15 +1,7 @@
-"""Review 7: a job claim whose answer was lost costs the job an attempt it
-never ran, and the job waits out the whole lease meanwhile.
-
-The same class as the lost lease claim (4ad4e56): `claim_jobs` commits (the
-job is `claimed` under the worker's owner, with a fence, and its attempt
-counted), the answer never comes back, and the worker reads the missing
-answer as "nothing claimed" (`Worker._claim_loop`: the error is logged and
-`jobs = []`). Nobody knows that fence: the job sits claimed for the ttl, then
-recovery puts it back with the attempt spent, or, on its last attempt, kills
-it with "the worker stopped renewing (crashed, killed or stalled)". Nothing
-crashed, and the handler never ran. Lease claims under a made-up owner are
-abandoned after a lost answer; job claims are not."""
+"""A job claim that committed but whose answer was lost does not cost the job
+an attempt it never ran: the worker finds what that claim took and runs it,
+instead of leaving the job claimed for the ttl and recovered with its attempt
+spent."""
 
 from __future__ import annotations
 
@@ -22,7 +14,7 @@ from leases import LeaseClient, Queue, Worker, database
 from leases.queue import Job
 from tests.support.cutproxy import CutProxy
 
-MARKER = "review7-lost-claim-answer"
+MARKER = "job-claim-answer-lost"
 
 
 async def test_a_job_whose_claim_answer_was_lost_still_runs(

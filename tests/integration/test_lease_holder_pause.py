@@ -1,5 +1,5 @@
-"""Review: a paused lease holder whose next step was already due when the
-pause began."""
+"""A paused lease holder whose next step was already due when the pause
+began: that step is its last, and it cannot act under the lost lease."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ async def test_a_step_already_due_when_the_pause_began_runs_but_cannot_act(
     No event loop hook can stop a step that is already queued, so the
     guarantee is stated as what holds: that step is the last one (it never
     gets past its next await), and ``lease.check()`` in it refuses, so a side
-    effect guarded by it does not happen. (The review's version of this test
-    asked for no step at all; docs/leases.md now says exactly this.)"""
+    effect guarded by it does not happen (docs/leases.md says exactly
+    this)."""
     a = LeaseClient(pool=pool, owner="a")
     lease = await a.claim("run:1", ttl=0.5)
     assert lease is not None

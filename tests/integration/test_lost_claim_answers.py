@@ -1,5 +1,5 @@
-"""Review: a claim that committed but whose answer was lost leaves the
-resource to an owner nobody knows, for the whole ttl."""
+"""A claim that committed but whose answer was lost does not leave the
+resource to an owner nobody knows for the whole ttl."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ set are counted as ``other``.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -19,16 +18,15 @@ from pathlib import Path
 import aiohttp
 
 from gateway.auth import key_sha256
-from tests.integration.test_cli import FENCEGATE, _free_port
+from tests.support.served import free_port, serve
 
 #: the methods HTTP defines that the gateway serves or answers 405
 KNOWN_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
 async def _serve_pure_python(tmp_path: Path, dsn: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(f"""
+    port = free_port()
+    proc, _ = await serve(tmp_path, f"""
 [server]
 port = {port}
 [database]
@@ -40,22 +38,8 @@ resources = ["run:*"]
 [providers.hook]
 kind = "http"
 base_url = "http://127.0.0.1:9/hook"
-""")
-    env = {**os.environ, "FG_TEST_DSN": dsn, "AIOHTTP_NO_EXTENSIONS": "1"}
-    with (tmp_path / "serve.log").open("wb") as log:
-        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg)], env=env,
-                                stdout=subprocess.DEVNULL, stderr=log)
-    async with aiohttp.ClientSession() as http:
-        for _ in range(400):
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
-                    if r.status == 200:
-                        return proc, port
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the gateway never became ready")
+""", port, dsn, env={"AIOHTTP_NO_EXTENSIONS": "1"})
+    return proc, port
 
 
 async def _send(port: int, method: str) -> bytes:

@@ -1,89 +1,23 @@
-"""Review 3: the outcome writer (gateway/ledger.py, OutcomeWriter) behind the
-answer.
-
-A provider's answer header with bytes that are not UTF-8 (a legacy server's
-``Content-Disposition: attachment; filename="résumé.pdf"`` in Latin-1, which
-HTTP allows as obs-text) reaches the gateway as a str with lone surrogates
-(aiohttp decodes with surrogateescape). The outcome record carries the kept
-headers as JSON; PostgreSQL's jsonb refuses the lone surrogate escapes, a
-``PostgresError`` that is neither ``Unavailable`` nor ``Busy``: the record
-never lands, and the writer's task dies with every record of its batch."""
+"""The outcome writer behind the answer records what it can: an answer whose
+header is not UTF-8 (a legacy server's Latin-1 ``Content-Disposition``) is
+recorded and replayed, and a record the database refuses fails alone, without
+losing the records batched with it or ending the writer."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-import pytest
-
-from tests.integration.conftest import PROVIDER_TIMEOUT, Gw
-
-LATIN1_ANSWER = (b"HTTP/1.1 200 OK\r\n"
-                 b"Content-Type: application/json\r\n"
-                 b"Content-Disposition: attachment; filename=\"r\xe9sum\xe9.pdf\"\r\n"
-                 b"Content-Length: 12\r\n"
-                 b"Connection: close\r\n\r\n"
-                 b"{\"ok\": true}")
-
-
-class LegacyPeer:
-    """A real HTTP peer on loopback that answers every request 200 with a
-    Latin-1 Content-Disposition, and counts the requests."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def _handle(self, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length, chunked = 0, False
-            for line in head.split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-                if name.strip().lower() == b"transfer-encoding":
-                    chunked = b"chunked" in value.lower()
-            if chunked:
-                await reader.readuntil(b"0\r\n\r\n")
-            elif length:
-                await reader.readexactly(length)
-            self.requests += 1
-            writer.write(LATIN1_ANSWER)
-            await writer.drain()
-        finally:
-            writer.close()
-
-    async def start(self) -> LegacyPeer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def close(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-
-@pytest.fixture
-async def legacy() -> AsyncIterator[LegacyPeer]:
-    peer = await LegacyPeer().start()
-    yield peer
-    await peer.close()
-
-
-async def legacy_gateway(make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer) -> Gw:
-    """A gateway with the legacy peer as its provider "legacy" (no idempotency)."""
-    return await make_gw(providers={"legacy": {
-        "kind": "http", "base_url": f"http://127.0.0.1:{legacy.port}/api",
-        "timeout_seconds": PROVIDER_TIMEOUT, "rate_limit_per_second": 1000,
-        "idempotency_header": ""}})
+from tests.integration.conftest import Gw
+from tests.support.legacy_peer import (  # noqa: F401
+    LegacyPeer,
+    legacy,
+    legacy_gateway,
+)
 
 
 async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
-    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,
+    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,  # noqa: F811
 ) -> None:
     gw = await legacy_gateway(make_gw, legacy)
     lease = await gw.leases.claim("run:latin1", ttl=60)
@@ -106,7 +40,7 @@ async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
 
 
 async def test_one_unrecordable_answer_does_not_lose_the_records_batched_with_it(
-    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,
+    make_gw: Callable[..., Awaitable[Gw]], legacy: LegacyPeer,  # noqa: F811
 ) -> None:
     """The writer's statement for effect A is held up (its lease row is
     locked elsewhere for a moment); meanwhile the latin-1 answer and an
@@ -159,12 +93,12 @@ async def test_a_record_the_database_refuses_fails_alone_and_the_writer_lives_on
     again), and later records still land."""
     gw = await make_gw()
     await gw.pool.execute("""
-        CREATE FUNCTION review3_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        CREATE FUNCTION refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
-        CREATE TRIGGER review3_refuse BEFORE UPDATE ON fencegate_effects FOR EACH ROW
+        CREATE TRIGGER refuse_update BEFORE UPDATE ON fencegate_effects FOR EACH ROW
           WHEN (NEW.idempotency_key = 'refused' AND OLD.state = 'in_flight'
                 AND NEW.state <> 'in_flight')
-          EXECUTE FUNCTION review3_refuse();""")
+          EXECUTE FUNCTION refuse_update();""")
     try:
         held, refused, innocent, later = [await gw.leases.claim(f"run:{n}", ttl=60)
                                           for n in ("held", "refused", "innocent", "later")]
@@ -209,8 +143,8 @@ async def test_a_record_the_database_refuses_fails_alone_and_the_writer_lives_on
         assert (status, body["code"]) == (409, "effect_in_progress")
         assert [d.path for d in gw.hook.deliveries].count("/hook/x") == 3
     finally:
-        await gw.pool.execute("DROP TRIGGER review3_refuse ON fencegate_effects; "
-                              "DROP FUNCTION review3_refuse()")
+        await gw.pool.execute("DROP TRIGGER refuse_update ON fencegate_effects; "
+                              "DROP FUNCTION refuse_update()")
 
 
 async def _states_once_landed(gw: Gw, keys: tuple[str, ...]) -> dict[str, str]:

@@ -1,13 +1,6 @@
-"""Review 4: the outcome writer at shutdown (gateway/ledger.py,
-``OutcomeWriter.drain``; commit c6e9a05 made it swallow the writer's errors).
-
-``drain`` is to wait, up to its timeout, until every record queued is
-recorded. It waits only while records are still *queued*: a record the
-writer has already taken into a statement (here one waiting a moment for its
-lease row, which a claim or a batch holds) is not waited for; the writer is
-cancelled under it and the record is lost. The caller had its 200; the
-effect now reads in flight, then unknown, and a repeat of the key gets 409
-where it should get the replay."""
+"""The outcome writer's drain at shutdown waits, up to its timeout, for every
+record queued, the one already taken into a statement included: a caller that
+had its 200 gets the replay on a repeat of the key, never 409."""
 
 from __future__ import annotations
 

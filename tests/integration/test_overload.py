@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,14 +21,13 @@ from gateway.auth import key_sha256
 from gateway.dev.sinks import WebhookSink
 from leases import Busy, LeaseClient, LeaseLost
 from tests.integration.conftest import Gw
-from tests.integration.test_cli import FENCEGATE, _free_port
+from tests.support.served import free_port, serve
 
 
 async def _serve(tmp_path: Path, dsn: str, sink: WebhookSink, *, pool_size: int,
                  in_flight: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(f"""
+    port = free_port()
+    return await serve(tmp_path, f"""
 [server]
 port = {port}
 max_requests_in_flight = {in_flight}
@@ -45,23 +43,7 @@ kind = "http"
 base_url = "http://127.0.0.1:{sink.port}/hook"
 rate_limit_per_second = 100000
 idempotency_header = ""
-""")
-    with (tmp_path / "serve.log").open("wb") as log:
-        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg)],
-                                env={**os.environ, "FG_TEST_DSN": dsn},
-                                stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as http:
-        for _ in range(200):
-            try:
-                async with http.get(url + "/readyz") as r:
-                    if r.status == 200:
-                        return proc, url
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the gateway never became ready")
+""", port, dsn)
 
 
 async def test_many_callers_against_a_small_gateway_get_200_or_overloaded(

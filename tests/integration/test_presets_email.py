@@ -104,10 +104,9 @@ async def test_a_repeat_is_replayed_and_nothing_is_sent_again(
 
 async def test_an_emails_key_repeated_on_the_providers_http_route_is_another_request(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    """Review: /v1/email and /v1/http/resend/email with the same body had the
-    same fingerprint, so the key's repeat on the other route counted as the
-    same request (an unknown email could be re-admitted there, answered 404,
-    and recorded failed). It is another request: 422, nothing sent."""
+    """/v1/email and /v1/http/resend/email with the same body have different
+    fingerprints: the key's repeat on the other route is another request,
+    answered 422, nothing sent."""
     gw = await gateway_with(make_gw, fakes, "resend")
     lease = await gw.leases.claim("run:1", ttl=30)
     assert lease is not None

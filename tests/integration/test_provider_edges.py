@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from tests.integration.conftest import API_KEY, Gw
-from tests.integration.test_hostile_raw import raw
+from tests.support.rawhttp import raw
 
 
 class ActsThenDrops:

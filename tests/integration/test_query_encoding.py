@@ -1,4 +1,5 @@
-"""Review: the forwarded query string is percent-encoded a second time."""
+"""The forwarded query string reaches the provider as the caller sent it,
+never percent-encoded a second time."""
 
 from __future__ import annotations
 

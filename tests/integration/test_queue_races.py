@@ -1,5 +1,7 @@
-"""Review: races of the queue's recovery and purge statements with claims
-(READ COMMITTED snapshots inside one statement).
+"""The queue's recovery and purge statements against claims that run at the
+same moment (READ COMMITTED snapshots inside one statement): recovery never
+requeues a job claimed again, purge never deletes a lease that became live,
+and completions and recoveries lock leases in resource order.
 
 Each test holds one row lock in an open transaction for a moment: what a
 slow statement (a claim, a renewal, an admission whose commit waits on a slow

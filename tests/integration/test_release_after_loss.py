@@ -1,17 +1,7 @@
-"""Review 7: a lost lease whose renewal lands late is not released when the
-pool is busy: the release after the loss dies of ``Busy``.
-
-docs/leases.md: a renewal already on its way when the loss was declared may
-still land, and "the lost lease is released (owner and fence must match) as
-the block ends, so the next owner does not wait for a holder that gave up".
-``LeaseClient._release_lost`` retries on ``Unavailable`` and ``TimeoutError``
-only. Its release needs a connection of the pool, and the renewal still on
-its way holds one (its caller was cancelled, its statement was not): with
-the rest of a borrowed pool busy with other work, the release's wait for a
-connection ends in ``Busy``, which ends the background task (4ad4e56 made
-``Busy`` no longer kill the abandon of a claim; the release after a loss
-has the same hole). The late renewal then keeps the lease a whole ttl for a
-holder that gave up."""
+"""A lost lease is released as its block ends even when the pool is busy: the
+release retries a ``Busy`` wait for a connection, so a renewal that lands
+late does not keep the lease a whole ttl for a holder that gave up
+(docs/leases.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Review 4: a provider header that is not UTF-8, stored read as Latin-1
-(gateway/ledger.py ``_text``, commit c6e9a05).
-
-The first answer is written from the str aiohttp decoded (the Latin-1 bytes
-kept as lone surrogates), and aiohttp's writer drops those: the caller gets
-``filename="rsum.pdf"``. The record stores the header read as Latin-1
-("résumé.pdf"), which a replay writes as UTF-8. A repeat of the key is meant
-to be the same answer (the stored answer, again), but its Content-Disposition
-names another file than the first answer did."""
+"""A replay hands back the header bytes the first answer had: a provider's
+header that is not UTF-8 (Latin-1 obs-text) names the same file in the first
+answer and in every repeat of the key."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from tests.integration.conftest import Gw
-from tests.integration.test_outcome_writer import (  # noqa: F401
+from tests.support.legacy_peer import (  # noqa: F401
     LegacyPeer,
     legacy,
     legacy_gateway,

@@ -20,7 +20,7 @@ import pytest
 
 from gateway.ledger import HELD_REQUEST_SECONDS
 from tests.integration.conftest import Gw
-from tests.integration.test_drain_on_the_wire import FAST
+from tests.support.drain import FAST
 from tests.support.heldprovider import HeldProvider
 
 

@@ -1,12 +1,9 @@
-"""Review of the resends inside the provider's window: the Resend preset
-resends every request sent through it, but Resend dedupes on
-``Idempotency-Key`` only on ``POST /emails`` and ``POST /emails/batch``
-(https://resend.com/docs/dashboard/emails/idempotency-keys: "Idempotency keys
-are currently supported on the POST /emails and the POST /emails/batch
-endpoints"). ``/v1/http/resend/...`` reaches every other endpoint of Resend's
-API too (docs/providers.md: "The 409 rule holds for everything sent to this
-provider, /v1/http included"), and there the key is ignored: an unknown
-outcome resent by the gateway is a second action.
+"""The gateway resends within a provider's window only to the endpoints that
+provider dedupes on. Resend dedupes on ``Idempotency-Key`` only on ``POST
+/emails`` and ``POST /emails/batch``
+(https://resend.com/docs/dashboard/emails/idempotency-keys); a request to any
+other endpoint through ``/v1/http/resend/...`` is never resent, since there a
+resend would be a second action.
 
 Real gateway, real PostgreSQL, a fake Resend on loopback (the presets'
 fake, plus the broadcasts endpoint, which acts on every request).

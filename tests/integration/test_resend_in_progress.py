@@ -1,19 +1,13 @@
-"""Review of the resends inside the provider's window: a resend that comes
-while the provider is still working on the first attempt.
+"""A resend inside the provider's window that comes while the provider is still
+working on the first attempt.
 
 A provider that dedupes on ``Idempotency-Key`` the way the IETF draft says
 (draft-ietf-httpapi-idempotency-key-header, "Error Scenarios": a request
 retried while the original is still being processed gets 409 Conflict; the
-same answer as Stripe's ``idempotency_key_in_use``) is what the
-documentation's ``[providers.crm]`` describes: ``idempotency_header =
-"Idempotency-Key"``, a window of a day, no preset, so ``resend_attempts``
-defaults to 2. Its first attempt is slower than the gateway's timeout: the
-gateway resends within half a second, while the first is still running,
-and gets 409. That 409 says nothing of the first attempt (it is still in
-progress and acts a moment later), yet the gateway records it as the
-effect's definite, replayed answer (``failed``), and the record ends the
-attempt in the drain barrier, so a newer fence is granted while the fence-F
-request is still being acted on.
+same answer as Stripe's ``idempotency_key_in_use``) answers such a resend 409.
+That 409 says nothing of the first attempt, so it is never recorded as the
+effect's answer, and no newer fence is granted while the fence-F request may
+still be acted on.
 
 Real gateway, real PostgreSQL, the provider on loopback (aiohttp).
 """

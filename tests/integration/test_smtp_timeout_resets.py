@@ -14,10 +14,7 @@ fence F+1 was granted, would have the provider accept fence F's message.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
-import os
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,9 +25,9 @@ import pytest
 
 from gateway.auth import key_sha256
 from leases import LeaseClient
-from tests.integration.test_cli import FENCEGATE, _free_port
-from tests.integration.test_drain_on_the_wire import _claim_after
+from tests.support.drain import claim_after_barrier
 from tests.support.heldsmtp import HeldSmtp
+from tests.support.served import free_port, serve
 
 
 @pytest.fixture
@@ -42,9 +39,8 @@ async def held_smtp() -> AsyncIterator[HeldSmtp]:
 
 async def _serve(tmp_path: Path, dsn: str, smtp_port: int) -> tuple[subprocess.Popen[bytes],
                                                                      str]:
-    port = _free_port()
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(f"""
+    port = free_port()
+    return await serve(tmp_path, f"""
 [server]
 port = {port}
 database_timeout_seconds = 1
@@ -62,22 +58,7 @@ host = "127.0.0.1"
 port = {smtp_port}
 timeout_seconds = 1
 rate_limit_per_second = 1000
-""")
-    with (tmp_path / "serve.log").open("wb") as log:
-        proc = subprocess.Popen([*FENCEGATE, "serve", "--config", str(cfg)],
-                                env={**os.environ, "FG_TEST_DSN": dsn},
-                                stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as http:
-        for _ in range(400):
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(url + "/readyz") as r:
-                    if r.status == 200:
-                        return proc, url
-            await asyncio.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise AssertionError("the gateway never became ready")
+""", port, dsn)
 
 
 async def test_an_smtp_message_cut_by_its_timeout_is_not_accepted_after_the_barrier(
@@ -101,7 +82,7 @@ async def test_an_smtp_message_cut_by_its_timeout_is_not_accepted_after_the_barr
                 headers=headers) as r:
             body = await r.json()
             assert r.status == 504 and body["code"] == "provider_timeout", (r.status, body)
-        await _claim_after(LeaseClient(pool=pool, owner="worker-b"), "run:A")
+        await claim_after_barrier(LeaseClient(pool=pool, owner="worker-b"), "run:A")
         held_smtp.release()  # the server reads again, at full speed
         [conn] = held_smtp.conns
         await conn.ended.wait()

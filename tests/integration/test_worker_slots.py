@@ -1,17 +1,9 @@
-"""Review of a28ee4a (a slot frees when the handler returns): the worker
-counts its slots by job id (``Worker._handling``), and a job's task frees
-"its" id again in ``_process``'s ``finally``. A job that failed is back in
-the queue as soon as ``fail`` commits (after its backoff, which may be
-tiny); if this same worker claims it again before the first task has
-reached that ``finally`` (the answer of ``fail`` still on its way), the
-first task's ``finally`` frees the slot of the *second* run of the job,
-which is still running: the worker then claims one job more than its
-concurrency, and more than ``concurrency`` handlers run at once.
+"""A worker never runs more handlers than its concurrency. Its slots are
+counted per run, not per job id: a failed job this worker claims again while
+the first run's end is still being answered takes a slot of its own.
 
-Real PostgreSQL. The only thing shaped by the test is the moment the
-answer of ``fail`` reaches the worker: it committed, and its answer arrives
-0.6 s later (a slow network, a loaded machine) -- a window that exists,
-narrower, on every failure.
+Real PostgreSQL; only the moment the answer of ``fail`` reaches the worker is
+shaped by the test (it committed, and its answer arrives late).
 """
 
 from __future__ import annotations

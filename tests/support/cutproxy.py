@@ -2,7 +2,7 @@
 server that carries ``marker`` (a value only the answer to the statement under
 test holds: a resource name, a job's payload) is dropped, and that connection
 is cut, as a network would cut it after the server committed. Everything else
-passes. Used by the seventh review's tests."""
+passes."""
 
 from __future__ import annotations
 

@@ -47,8 +47,8 @@ def test_resends_back_off_with_jitter_within_the_cap() -> None:
 
 
 def test_a_provider_that_dedupes_reads_409_as_unknown() -> None:
-    """409: an earlier attempt still holds our key at the provider (review:
-    a resend's 409 was recorded as the effect's failure)."""
+    """409 from a provider that dedupes: an earlier attempt still holds our
+    key there, so the outcome is unknown, not a failure."""
     dedupes = _provider(idempotency_window_seconds=86400)
     assert isinstance(dedupes, gconfig.HttpProviderConfig)
     assert 409 in dedupes.unknown_statuses and 409 not in dedupes.not_acted_statuses
@@ -59,8 +59,8 @@ def test_a_provider_that_dedupes_reads_409_as_unknown() -> None:
 
 def test_the_window_covers_only_the_endpoints_a_preset_says_dedupe(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Resend dedupes on POST /emails and POST /emails/batch only (review: a
-    broadcast was resent and went out twice)."""
+    """Resend dedupes on POST /emails and POST /emails/batch only: no other
+    endpoint is in the window, so nothing else is resent."""
     monkeypatch.setenv("RESEND_API_KEY", "re_test")
     resend = gconfig.parse({"providers": {"r": {"kind": "http", "preset": "resend"}}}
                            ).providers["r"]
