@@ -24,7 +24,7 @@ SELECT id, dedupe_key FROM fencegate_jobs WHERE queue = $1 AND dedupe_key = ANY(
 -- drain barrier), so a job whose previous holder still has an effect in
 -- flight stays queued.
 WITH picked AS (
-    SELECT j.id
+    SELECT j.id, j.resource
       FROM fencegate_jobs j
      WHERE j.queue = $1 AND j.state = 'queued' AND j.run_at <= clock_timestamp()
        AND (j.ordering_key IS NULL OR NOT EXISTS (
@@ -39,7 +39,7 @@ WITH picked AS (
     -- claimed again only once its previous lease has expired
     SELECT picked.id, c.fence, c.expires_at
       FROM picked
-     CROSS JOIN LATERAL fencegate_claim_lease('job:' || $1 || ':' || picked.id, $2,
+     CROSS JOIN LATERAL fencegate_claim_lease(picked.resource, $2,
                                               $4::float8, false) AS c
 ), claimed AS (
     UPDATE fencegate_jobs j
@@ -60,7 +60,7 @@ SELECT j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_k
        j.ordering_key, j.priority, j.run_at, l.expires_at,
        extract(epoch FROM l.expires_at - clock_timestamp())::float8 AS remaining
   FROM fencegate_jobs j
-  JOIN fencegate_leases l ON l.resource = 'job:' || j.queue || ':' || j.id
+  JOIN fencegate_leases l ON l.resource = j.resource
                          AND l.fence = j.fence AND l.owner = j.claimed_by
  WHERE j.queue = $1 AND j.state = 'claimed' AND j.claimed_by = $2
    AND l.expires_at > clock_timestamp()
@@ -86,12 +86,12 @@ WITH failed AS (
            last_error = $3
       FROM fencegate_leases l
      WHERE j.id = $1 AND j.state = 'claimed' AND j.fence = $2
-       AND l.resource = 'job:' || j.queue || ':' || j.id AND l.fence = $2
+       AND l.resource = j.resource AND l.fence = $2
        AND l.expires_at > clock_timestamp()
-    RETURNING j.id, j.queue, j.state
+    RETURNING j.id, j.resource, j.state
 ), ended AS (
     UPDATE fencegate_leases SET expires_at = clock_timestamp()
-     WHERE resource = (SELECT 'job:' || queue || ':' || id FROM failed)
+     WHERE resource = (SELECT resource FROM failed)
        AND fence = $2 AND expires_at > clock_timestamp()
 )
 SELECT state FROM failed;
@@ -109,21 +109,21 @@ SELECT state FROM failed;
 -- lease: a lease renewed, or a job claimed again, an instant before is left
 -- alone. The UPDATE repeats the fence, in case.
 WITH over AS (
-    SELECT j.id, j.queue, j.fence
+    SELECT j.id, j.resource, j.fence
       FROM fencegate_jobs j
-      LEFT JOIN fencegate_leases l ON l.resource = 'job:' || j.queue || ':' || j.id
+      LEFT JOIN fencegate_leases l ON l.resource = j.resource
      WHERE j.state = 'claimed' AND ($1::text IS NULL OR j.queue = $1)
        AND (l.resource IS NULL OR l.fence <> j.fence OR l.expires_at <= clock_timestamp())
      -- the lease rows are locked one by one in this order: resource order, the
      -- one order of every statement that locks several (no deadlock with them)
-     ORDER BY 'job:' || j.queue || ':' || j.id
+     ORDER BY j.resource
        FOR UPDATE OF j SKIP LOCKED
 ), locked AS (
     SELECT o.id, o.fence
       FROM over o
       LEFT JOIN LATERAL (
           SELECT fence, expires_at FROM fencegate_leases
-           WHERE resource = 'job:' || o.queue || ':' || o.id
+           WHERE resource = o.resource
              FOR NO KEY UPDATE) l ON true
      WHERE l.fence IS NULL OR l.fence <> o.fence OR l.expires_at <= clock_timestamp()
 )
@@ -189,7 +189,7 @@ SELECT done AS id FROM fencegate_complete_jobs($1::bigint[], $2::bigint[], $3::t
 -- itself: it is checked again on the row's newest version after any lock it
 -- waited for (a claim of the resource committing during the purge).
 WITH old AS (
-    SELECT id, queue FROM fencegate_jobs
+    SELECT id, resource FROM fencegate_jobs
      WHERE state IN ('completed', 'dead') AND queue = $3
        AND finished_at < clock_timestamp() - make_interval(secs => $1::float8)
      ORDER BY finished_at
@@ -198,7 +198,7 @@ WITH old AS (
 ), leases_gone AS (
     DELETE FROM fencegate_leases l
      USING old o
-     WHERE l.resource = 'job:' || o.queue || ':' || o.id
+     WHERE l.resource = o.resource
        AND l.expires_at <= clock_timestamp()
        AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
     RETURNING l.resource
@@ -206,9 +206,8 @@ WITH old AS (
 DELETE FROM fencegate_jobs j
  USING old o
  WHERE j.id = o.id
-   AND ('job:' || o.queue || ':' || o.id IN (SELECT resource FROM leases_gone)
-        OR NOT EXISTS (SELECT 1 FROM fencegate_leases l
-                        WHERE l.resource = 'job:' || o.queue || ':' || o.id));
+   AND (o.resource IN (SELECT resource FROM leases_gone)
+        OR NOT EXISTS (SELECT 1 FROM fencegate_leases l WHERE l.resource = o.resource));
 
 -- name: jobs_awaiting_purge
 -- every queue's: what the fencegate_rows_awaiting_purge gauge shows

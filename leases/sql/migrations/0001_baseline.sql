@@ -671,6 +671,9 @@ CREATE TABLE fencegate_jobs (
     result_ref    text,
     last_error    text,
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- the resource of the job's lease in fencegate_leases
+    resource      text        NOT NULL
+                  GENERATED ALWAYS AS ('job:' || queue || ':' || id::text) STORED,
     CONSTRAINT claimed_has_fence CHECK (state <> 'claimed' OR (fence IS NOT NULL
                                                                AND claimed_by IS NOT NULL)),
     CONSTRAINT finished_at_iff_finished
@@ -708,8 +711,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM fencegate_jobs j WHERE j.id = ANY(p_id) ORDER BY j.id FOR UPDATE;
     PERFORM 1 FROM fencegate_leases l
-      WHERE l.resource IN (SELECT 'job:' || j.queue || ':' || j.id
-                             FROM fencegate_jobs j WHERE j.id = ANY(p_id))
+      WHERE l.resource IN (SELECT j.resource FROM fencegate_jobs j WHERE j.id = ANY(p_id))
       ORDER BY l.resource
         FOR NO KEY UPDATE;
     RETURN QUERY
@@ -718,13 +720,13 @@ BEGIN
            SET state = 'completed', finished_at = clock_timestamp(), result_ref = t.ref
           FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref), fencegate_leases l
          WHERE j.id = t.id AND j.state = 'claimed' AND j.fence = t.fence
-           AND l.resource = 'job:' || j.queue || ':' || j.id AND l.fence = t.fence
+           AND l.resource = j.resource AND l.fence = t.fence
            AND l.expires_at > clock_timestamp()
-        RETURNING j.id, j.queue, j.fence
+        RETURNING j.id, j.resource, j.fence
     ), ended AS (
         UPDATE fencegate_leases l SET expires_at = clock_timestamp()
           FROM done
-         WHERE l.resource = 'job:' || done.queue || ':' || done.id
+         WHERE l.resource = done.resource
            AND l.fence = done.fence AND l.expires_at > clock_timestamp()
     )
     SELECT done.id FROM done;
