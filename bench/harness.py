@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from leases import LeaseClient, database, migrate
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))

@@ -13,15 +13,15 @@ from typing import Any
 
 from aiohttp import web
 
-from leases import Busy, LeaseClient, Unavailable, database, migrate
-from leases.metrics import AWAITING_PURGE
-from leases.observe import QueueCollector
-
-from . import console, parserlog, slots
-from .auth import Authenticator
-from .config import Config, SmtpProviderConfig
-from .ledger import Ledger
-from .metrics import (
+from gateway import console
+from gateway.api import parserlog
+from gateway.api.auth import Authenticator
+from gateway.api.problems import Problem
+from gateway.api.routes import CLIENT, ROUTES, Handler, Route, gw_of
+from gateway.config import Config, SmtpProviderConfig
+from gateway.effects import slots
+from gateway.ledger import Ledger
+from gateway.metrics import (
     DB_UNAVAILABLE,
     HTTP_DURATION,
     REQUESTS_REFUSED,
@@ -29,11 +29,12 @@ from .metrics import (
     start_at_zero,
     status_label,
 )
-from .problems import Problem
-from .providers import HttpProvider, Provider, SmtpProvider
-from .routes import CLIENT, ROUTES, Handler, Route, gw_of
-from .state import GATEWAY, Gateway
-from .wire import IDEMPOTENCY_KEY, RETRY_AFTER
+from gateway.providers import HttpProvider, Provider, SmtpProvider
+from gateway.state import GATEWAY, Gateway
+from gateway.wire import IDEMPOTENCY_KEY, RETRY_AFTER
+from leases import Busy, LeaseClient, Unavailable, database, migrate
+from leases.metrics import AWAITING_PURGE
+from leases.observe import QueueCollector
 
 log = logging.getLogger("fencegate.gateway")
 
@@ -135,7 +136,7 @@ async def _bounded(request: web.Request, handler: Handler,
     process: past it, 503 overloaded at once, before anything is admitted,
     rather than queueing for seconds behind the others. An API caller is
     authenticated first. A request with a body takes its slot once the body
-    has arrived (gateway/slots.py): slow bodies do not hold the room
+    has arrived (gateway/effects/slots.py): slow bodies do not hold the room
     others need; one without takes it now. ``route`` None: a console form."""
     if route is not None:
         request[CLIENT] = gw_of(request).auth.client(request.headers.get("Authorization"))

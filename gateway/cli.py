@@ -15,12 +15,11 @@ from typing import Any
 
 import asyncpg
 
+from gateway.errors import ConfigError
+from gateway.ledger import Ledger
 from leases import Database, formats, jobs_cli, logs
 from leases import cli as leases_cli
 from leases.errors import LeasesError
-
-from .errors import ConfigError
-from .ledger import Ledger
 
 CONFIG_ENV = "FENCEGATE_CONFIG"
 #: `fencegate effects list`, as a table with a header row like `jobs list`
@@ -36,7 +35,7 @@ def _config_path(args: argparse.Namespace) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .serve import serve
+    from gateway.serve import serve
 
     return serve(_config_path(args), args.workers)
 
@@ -77,7 +76,7 @@ async def _until_signalled(main: Coroutine[Any, Any, None]) -> None:
 
 def _dev(args: argparse.Namespace) -> int:
     try:
-        from .dev.stack import run_dev
+        from gateway.dev.stack import run_dev
     except ImportError as exc:
         print(f"fencegate dev needs the dev tools ({exc.name} is missing): "
               "pip install 'fencegate[dev,embedded]', or run `make run`", file=sys.stderr)
@@ -94,7 +93,7 @@ def _dev(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from .dev.demo import run_demo
+        from gateway.dev.demo import run_demo
     except ImportError as exc:
         print(f"fencegate demo needs the dev tools ({exc.name} is missing): "
               "pip install 'fencegate[dev,embedded]'", file=sys.stderr)

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from .wire import (
+from gateway.wire import (
     FENCE_RESOURCE,
     FENCE_TOKEN,
     IDEMPOTENCY_KEY,

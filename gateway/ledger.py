@@ -22,12 +22,11 @@ from typing import Any, Literal, cast
 
 import asyncpg
 
+from gateway.metrics import RECORDS_GIVEN_UP
+from gateway.wire import ExtendVerdict, Verdict
 from leases import Busy, Database, Unavailable, formats
 from leases.batch import Batcher
 from leases.metrics import BATCH_SIZE
-
-from .metrics import RECORDS_GIVEN_UP
-from .wire import ExtendVerdict, Verdict
 
 log = logging.getLogger("fencegate.gateway")
 

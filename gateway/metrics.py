@@ -10,9 +10,8 @@ from typing import get_args
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from gateway.wire import RateLimitReason
 from leases import metrics as lease_metrics
-
-from .wire import RateLimitReason
 
 FENCE_REJECTIONS = Counter(
     "fencegate_fence_rejections_total",

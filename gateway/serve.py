@@ -19,14 +19,13 @@ import time
 
 from aiohttp import web
 
+from gateway.app import build_app
+from gateway.config import Config, load
+from gateway.console.session import secret_for_processes
+from gateway.effects.resend import longest_effect_seconds
+from gateway.errors import ConfigError
 from leases import Unavailable, database, logs, migrate
 from leases.cli import CONNECT_ERRORS
-
-from .app import build_app
-from .config import Config, load
-from .console.session import secret_for_processes
-from .errors import ConfigError
-from .resend import longest_effect_seconds
 
 log = logging.getLogger("fencegate.serve")
 

@@ -38,7 +38,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gateway.auth import key_sha256  # noqa: E402
+from gateway.api.auth import key_sha256  # noqa: E402
 from gateway.dev.sinks import SmtpSink, WebhookSink  # noqa: E402
 from leases import database  # noqa: E402
 

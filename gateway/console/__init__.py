@@ -5,9 +5,9 @@ actions, each confirmed (resolve an unknown effect, replay a dead job).
 Also ``/docs``, the API reference of ``/openapi.json`` (Redoc, vendored).
 
 These are HTML routes for people, kept apart from the JSON API's route table
-(gateway/routes.py): they add nothing to ``/openapi.json``. ``mount`` adds them
+(gateway/api/routes.py): they add nothing to ``/openapi.json``. ``mount`` adds them
 to the gateway's application, with the fence-rejection recorder the
-rejections screen reads (gateway/rejections.py).
+rejections screen reads (gateway/effects/rejections.py).
 
 Security: see session.py (operators only, signed HttpOnly SameSite=Strict
 cookie, CSRF token and origin check on every action); every page is sent
@@ -28,17 +28,17 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
+from gateway.api import parsing
+from gateway.api.bodies import receive
+from gateway.config import ClientConfig
+from gateway.console import screens, session
+from gateway.console.throttle import THROTTLE_KEY, LoginThrottle
+from gateway.effects import slots
+from gateway.effects.ratelimit import retry_after_header
+from gateway.effects.rejections import RejectionLog
+from gateway.state import GATEWAY, Gateway
+from gateway.wire import RETRY_AFTER
 from leases import Queue, Unavailable, formats
-
-from .. import requests, slots
-from ..bodies import receive
-from ..config import ClientConfig
-from ..ratelimit import retry_after_header
-from ..rejections import RejectionLog
-from ..state import GATEWAY, Gateway
-from ..wire import RETRY_AFTER
-from . import screens, session
-from .throttle import THROTTLE_KEY, LoginThrottle
 
 log = logging.getLogger("fencegate.console")
 
@@ -125,7 +125,7 @@ async def _form(request: web.Request) -> dict[str, str]:
     """A console form (``application/x-www-form-urlencoded``), read as the
     API reads a body: within ``FORM_MAX_BYTES`` and ``body_timeout_seconds``
     (413, 408), then the request takes its slot like any other
-    (gateway/slots.py). Never ``request.post()``: that reads up to
+    (gateway/effects/slots.py). Never ``request.post()``: that reads up to
     ``max_body_bytes`` with no deadline."""
     timeout = _gw(request).config.server.body_timeout_seconds
     raw = await receive(request, FORM_MAX_BYTES, timeout)
@@ -133,7 +133,7 @@ async def _form(request: web.Request) -> dict[str, str]:
     try:
         return dict(parse_qsl(raw.decode(), keep_blank_values=True))
     except UnicodeDecodeError:
-        raise requests.bad("body", "must be a UTF-8 form") from None
+        raise parsing.bad("body", "must be a UTF-8 form") from None
 
 
 def _operator(request: web.Request) -> tuple[session.Session, ClientConfig]:
@@ -283,7 +283,7 @@ async def resolve(request: web.Request) -> web.StreamResponse:
         raise web.HTTPSeeOther("/console/effects?notice=refused")
     # a key no Idempotency-Key can be, or a NUL (PostgreSQL holds none in
     # text), names no effect: no page of it to go back to either
-    if not requests.is_key(key) or "\x00" in client:
+    if not parsing.is_key(key) or "\x00" in client:
         raise web.HTTPSeeOther("/console/effects?notice=no_such_effect")
     if form.get("confirm") != "yes":
         raise web.HTTPSeeOther(effect_url(client, key, "confirm"))

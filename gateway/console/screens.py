@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from gateway.ledger import RESOLVE_GRACE_SECONDS
+from gateway.wire import FENCE_REFUSALS
 from leases import Database
 from leases.redact import redact
-
-from ..ledger import RESOLVE_GRACE_SECONDS
-from ..wire import FENCE_REFUSALS
 
 #: a screen's data is shared by every viewer of one process for this long
 FRESH_SECONDS = 1.0

@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..auth import key_sha256
-from ..config import ClientConfig, Config
+from gateway.api.auth import key_sha256
+from gateway.config import ClientConfig, Config
 
 SECRET_ENV = "FENCEGATE_CONSOLE_SECRET"
 COOKIE = "fencegate_console"

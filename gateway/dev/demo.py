@@ -13,10 +13,9 @@ import os
 import secrets
 import time
 
+from gateway.client import FenceRejected, FenceToken, GatewayClient
+from gateway.dev.stack import dev_stack
 from leases import LeaseClient
-
-from ..client import FenceRejected, FenceToken, GatewayClient
-from .stack import dev_stack
 
 FENCE_IN_ONE_LINE = ("A fence is the number the database hands out with each claim, higher "
                      "every time: the gateway accepts only a resource's newest.")

@@ -21,13 +21,12 @@ from pathlib import Path
 
 from aiohttp import web
 
+from gateway.api.auth import key_sha256
+from gateway.app import build_app
+from gateway.config import Config, load, parse
+from gateway.dev.sinks import SmtpSink, WebhookSink
+from gateway.errors import ConfigError
 from leases import database, migrate
-
-from ..app import build_app
-from ..auth import key_sha256
-from ..config import Config, load, parse
-from ..errors import ConfigError
-from .sinks import SmtpSink, WebhookSink
 
 log = logging.getLogger("fencegate.dev")
 

@@ -1,8 +1,16 @@
 """Providers: where effects go. One module per kind, one small Protocol."""
 
-from .base import Call, EmailCall, HttpCall, Outcome, Provider, ProviderCall, too_late
-from .http import HttpProvider
-from .smtp import SmtpProvider
+from gateway.providers.base import (
+           Call,
+           EmailCall,
+           HttpCall,
+           Outcome,
+           Provider,
+           ProviderCall,
+           too_late,
+)
+from gateway.providers.http import HttpProvider
+from gateway.providers.smtp import SmtpProvider
 
 __all__ = ["Call", "EmailCall", "HttpCall", "HttpProvider", "Outcome", "Provider",
            "ProviderCall", "SmtpProvider", "too_late"]

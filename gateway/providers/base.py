@@ -16,12 +16,12 @@ import functools
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ..config import ProviderConfig
-from ..deadline import Deadline
-from ..idempotency import derived_key
-from ..problems import Problem
-from ..requests import EmailRequest
-from ..wire import RETRY_AFTER, ProblemCode
+from gateway.api.parsing import EmailRequest
+from gateway.api.problems import Problem
+from gateway.config import ProviderConfig
+from gateway.effects.deadline import Deadline
+from gateway.effects.fingerprint import derived_key
+from gateway.wire import RETRY_AFTER, ProblemCode
 
 OutcomeKind = Literal["succeeded", "failed", "retryable", "unknown"]
 
@@ -76,7 +76,7 @@ class Outcome:
     headers: dict[str, str]
     summary: str  # one line for operators; never a secret or a message body
     code: ProblemCode | None = None  # the problem code, when the answer is a gateway problem
-    #: the provider answered 429: how long it asked every caller to wait (gateway/pace.py)
+    #: the provider answered 429: how long it asked every caller to wait (gateway/effects/pace.py)
     pause_seconds: float | None = None
     #: an unknown outcome whose request certainly never left this host whole
     #: (its tail was dropped before the kernel had it): "not sent" is then safe

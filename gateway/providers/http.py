@@ -2,7 +2,7 @@
 
 ``/v1/http`` requests are forwarded as they came; ``POST /v1/email`` to a
 provider with an email preset is mapped onto its API (email_apis/) and sent
-through the same session, connections and gate.
+through the same session, connections and write_guard.
 
 Only the configured base URL is reachable: the caller's path is appended to it
 (after ``requests.provider_path`` refused escapes), redirects are handed back,
@@ -29,15 +29,14 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.tracing import Trace
 from yarl import URL
 
-from .. import pace
-from ..bodies import read_limited
-from ..config import HttpProviderConfig, signing_key
-from ..deadline import Deadline
-from ..presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
-from ..ratelimit import retry_after_header
-from ..wire import FENCE_RESOURCE, FENCE_TOKEN, RETRY_AFTER, TRUNCATED, ProblemCode, header_text
-from . import gate, http_email, sigv4, sockets
-from .base import (
+from gateway.api.bodies import read_limited
+from gateway.config import HttpProviderConfig, signing_key
+from gateway.config.presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
+from gateway.effects import pace
+from gateway.effects.deadline import Deadline
+from gateway.effects.ratelimit import retry_after_header
+from gateway.providers import http_email, sigv4, sockets, write_guard
+from gateway.providers.base import (
     Call,
     EmailCall,
     HttpCall,
@@ -46,6 +45,14 @@ from .base import (
     ProviderCall,
     problem_outcome,
     too_late,
+)
+from gateway.wire import (
+    FENCE_RESOURCE,
+    FENCE_TOKEN,
+    RETRY_AFTER,
+    TRUNCATED,
+    ProblemCode,
+    header_text,
 )
 
 #: never forwarded from the caller: hop-by-hop, and the gateway's own
@@ -103,7 +110,7 @@ def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> 
 
 
 class _GatedConnector(aiohttp.TCPConnector):
-    """Connections whose every write passes the attempt's gate (gate.py),
+    """Connections whose every write passes the attempt's gate (write_guard.py),
     which reset rather than close (sockets.py)."""
 
     #: the provider's timeout, the bound on unacknowledged data (sockets.py)
@@ -118,7 +125,7 @@ class _GatedConnector(aiohttp.TCPConnector):
             except BaseException:
                 proto.abort()
                 raise
-            proto.transport = gate.GatedTransport(proto.transport)  # type: ignore[assignment]
+            proto.transport = write_guard.GatedTransport(proto.transport)  # type: ignore[assignment]
         return proto
 
 
@@ -216,14 +223,14 @@ class HttpProvider:
     async def _exchange(self, method: str, url: URL, headers: dict[str, str], body: bytes,
                         deadline: Deadline,
                         judge: Callable[[aiohttp.ClientResponse, bytes], Outcome]) -> Outcome:
-        """One request on the wire, every write through the attempt's gate."""
+        """One request on the wire, every write through the attempt's write_guard."""
         assert self._session is not None, "provider not started"
-        writes = gate.WriteGate(deadline)
+        writes = write_guard.WriteGate(deadline)
         data: bytes | AsyncIterator[bytes] | None = body or None
-        if len(body) > gate.CHUNK_BYTES:  # in pieces, each through the gate; not chunked
+        if len(body) > write_guard.CHUNK_BYTES:  # in pieces, each through the gate; not chunked
             headers = {**headers, "Content-Length": str(len(body))}
-            data = gate.pieces(body, writes)
-        token = gate.CURRENT.set(writes)
+            data = write_guard.pieces(body, writes)
+        token = write_guard.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 async with self._session.request(
@@ -234,7 +241,7 @@ class HttpProvider:
                     if resp.status == 429:
                         return self._paced(outcome, resp.headers)
                     return outcome
-        except (gate.GateClosed, aiohttp.ClientError, TimeoutError) as e:
+        except (write_guard.GateClosed, aiohttp.ClientError, TimeoutError) as e:
             if writes.closed and writes.written == 0:  # nothing of it left
                 return too_late(self.config.name, "the request to be written")
             outcome = problem_outcome(
@@ -243,12 +250,12 @@ class HttpProvider:
                 "http cut at the deadline") if writes.closed else _failure(e)
             if outcome.kind != "unknown":
                 return outcome
-            # the connection is reset by now (gate.py): whatever asyncio still
+            # the connection is reset by now (write_guard.py): whatever asyncio still
             # held was dropped with it, and decides whether "not sent" is safe
             return replace(outcome, request_never_whole=writes.never_whole())
         finally:
             writes.end()
-            gate.CURRENT.reset(token)
+            write_guard.CURRENT.reset(token)
 
     def _paced(self, outcome: Outcome, headers: Mapping[str, str]) -> Outcome:
         """A 429: how long the provider asks every caller to wait, by what its

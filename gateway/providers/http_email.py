@@ -14,11 +14,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import HttpProviderConfig
-from ..idempotency import message_id
-from ..wire import ProblemCode
-from .base import EmailCall, Outcome, problem_outcome
-from .email_apis import EMAIL_APIS, EmailApi
+from gateway.config import HttpProviderConfig
+from gateway.effects.fingerprint import message_id
+from gateway.providers.base import EmailCall, Outcome, problem_outcome
+from gateway.providers.email_apis import EMAIL_APIS, EmailApi
+from gateway.wire import ProblemCode
 
 #: how much of a provider's answer is kept in ours (the rest is cut)
 ANSWER_EXCERPT = 2000

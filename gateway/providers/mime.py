@@ -16,10 +16,10 @@ from email.parser import BytesParser
 from email.policy import SMTP, compat32
 from email.utils import formatdate
 
-from ..idempotency import message_id
-from ..requests import addr_spec
-from ..wire import FENCE_RESOURCE, FENCE_TOKEN
-from .base import EmailCall
+from gateway.api.parsing import addr_spec
+from gateway.effects.fingerprint import message_id
+from gateway.providers.base import EmailCall
+from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN
 
 
 class _HeaderClasses(HeaderRegistry):

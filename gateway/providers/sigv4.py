@@ -8,7 +8,7 @@ here, ``/v1/email`` and ``/v1/http`` alike, after every other header is set.
 
 from __future__ import annotations
 
-from ..config import HttpProviderConfig
+from gateway.config import HttpProviderConfig
 
 
 def sign(config: HttpProviderConfig, method: str, url: str, headers: dict[str, str],

@@ -17,12 +17,12 @@ from typing import Any
 
 import aiosmtplib
 
-from ..config import SmtpProviderConfig
-from ..deadline import SEND_MARGIN_SECONDS, Deadline
-from ..idempotency import message_id
-from . import gate, sockets
-from .base import EmailCall, Outcome, ProviderCall, problem_outcome, too_late
-from .mime import build_message
+from gateway.config import SmtpProviderConfig
+from gateway.effects.deadline import SEND_MARGIN_SECONDS, Deadline
+from gateway.effects.fingerprint import message_id
+from gateway.providers import sockets, write_guard
+from gateway.providers.base import EmailCall, Outcome, ProviderCall, problem_outcome, too_late
+from gateway.providers.mime import build_message
 
 __all__ = ["SmtpProvider", "build_message"]
 
@@ -66,8 +66,8 @@ def _gate(conn: aiosmtplib.SMTP) -> None:
     (after any STARTTLS, which needs the bare transport)."""
     protocol = conn.protocol
     if protocol is not None and protocol.transport is not None \
-            and not isinstance(protocol.transport, gate.GatedTransport):
-        protocol.transport = gate.GatedTransport(protocol.transport)  # type: ignore[assignment]
+            and not isinstance(protocol.transport, write_guard.GatedTransport):
+        protocol.transport = write_guard.GatedTransport(protocol.transport)  # type: ignore[assignment]
 
 
 class _Connection(aiosmtplib.SMTP):
@@ -85,10 +85,10 @@ class _Connection(aiosmtplib.SMTP):
         return response
 
     def close(self) -> None:
-        # the gated wrapper's abort counts what asyncio drops (gate.py); any
+        # the gated wrapper's abort counts what asyncio drops (write_guard.py); any
         # transport's abort resets (uvloop's are no asyncio.Transport)
         gated = self.protocol.transport if self.protocol is not None else None
-        if isinstance(gated, gate.GatedTransport):
+        if isinstance(gated, write_guard.GatedTransport):
             gated.abort()
         elif self.transport is not None and hasattr(self.transport, "abort"):
             self.transport.abort()
@@ -133,12 +133,12 @@ class SmtpProvider:
                 await self._slots.acquire()
         except TimeoutError:
             return too_late(self.config.name, "an SMTP connection")
-        writes = gate.WriteGate(deadline)
-        token = gate.CURRENT.set(writes)
+        writes = write_guard.WriteGate(deadline)
+        token = write_guard.CURRENT.set(writes)
         try:
             async with asyncio.timeout(deadline.bound(self.config.timeout_seconds)):
                 return await self._deliver(call, sender, req.recipients, data, step, deadline)
-        except gate.GateClosed:
+        except write_guard.GateClosed:
             # refused before the message's final dot left: the server holds no
             # complete message, and drops what it has with the connection
             return too_late(self.config.name, "the SMTP conversation")
@@ -155,7 +155,7 @@ class SmtpProvider:
                             "was sent", f"smtp timeout at {step[0]}")
         finally:
             writes.end()
-            gate.CURRENT.reset(token)
+            write_guard.CURRENT.reset(token)
             self._slots.release()
 
     async def _deliver(self, call: ProviderCall, sender: str, recipients: list[str],

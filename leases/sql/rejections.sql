@@ -1,5 +1,5 @@
 -- Statements on fencegate_rejections: the gateways' record of effects refused
--- at the fence check, for the operators' console (gateway/rejections.py
+-- at the fence check, for the operators' console (gateway/effects/rejections.py
 -- writes and purges it, gateway/console/ reads it).
 -- All times come from clock_timestamp(); a rejection's time is the database's
 -- clock at the write, less how long (by the gateway's monotonic clock) the

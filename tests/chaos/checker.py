@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.idempotency import derived_key, message_id
+from gateway.effects.fingerprint import derived_key, message_id
 
 #: an attempt that started this soon after an outage began may have been
 #: admitted just before it

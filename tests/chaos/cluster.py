@@ -31,7 +31,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from leases import migrate
 from tests.chaos.history import Recorder
 from tests.support.faultproxy import FaultProxy

@@ -46,7 +46,7 @@ import aiohttp
 import asyncpg
 import psutil
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from leases import migrate
 from tests.chaos.cluster import API_KEY, CLIENT  # the lane workers send this key
 from tests.chaos.history import Recorder

@@ -18,11 +18,11 @@ import schemathesis
 from aiohttp import web
 from hypothesis import HealthCheck, settings
 
+from gateway.api.openapi import document
+from gateway.api.problems import PROBLEMS
+from gateway.api.routes import ROUTES
 from gateway.app import build_app
 from gateway.dev.sinks import SmtpSink, WebhookSink
-from gateway.openapi import document
-from gateway.problems import PROBLEMS
-from gateway.routes import ROUTES
 from leases import database
 from tests.conftest import TEMPLATE
 from tests.integration.conftest import API_KEY, gateway_config

@@ -17,8 +17,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway import config as gconfig
+from gateway.api.auth import key_sha256
 from gateway.app import build_app
-from gateway.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.state import GATEWAY, Gateway
 from leases import Lease, LeaseClient

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import database, sql
 from tests.support.served import FENCEGATE, free_port, serve

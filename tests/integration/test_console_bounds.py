@@ -23,8 +23,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway import config as gconfig
+from gateway.api.auth import key_sha256
 from gateway.app import build_app
-from gateway.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from tests.integration.conftest import _base_config
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from gateway.idempotency import message_id
+from gateway.effects.fingerprint import message_id
 from leases import Lease, LeaseClient, sql
 from tests.integration.conftest import Gw
 from tests.support.faultproxy import FaultProxy

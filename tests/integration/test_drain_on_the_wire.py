@@ -29,9 +29,9 @@ import aiohttp
 import asyncpg
 import pytest
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
-from gateway.idempotency import message_id
+from gateway.effects.fingerprint import message_id
 from leases import Lease, LeaseClient
 from tests.integration.conftest import Gw
 from tests.support.drain import FAST, RATE, claim_after_barrier

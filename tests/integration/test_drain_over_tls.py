@@ -22,7 +22,7 @@ import trustme
 from aiohttp import web
 
 from gateway.dev.sinks import SmtpSink, WebhookSink
-from gateway.idempotency import message_id
+from gateway.effects.fingerprint import message_id
 from leases import LeaseClient
 from tests.integration.conftest import Gw
 from tests.support.drain import FAST, RATE, claim_after_barrier

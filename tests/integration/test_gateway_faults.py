@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 import pytest
 
-from gateway import idempotency
+from gateway.effects import fingerprint
 from leases import LeaseClient
 from tests.integration.conftest import PROVIDER_TIMEOUT, Gw
 from tests.support.faultproxy import FaultProxy
@@ -156,7 +156,7 @@ async def test_effect_records_for_operators(gw: Gw) -> None:
     status, _, _ = await gw.request("GET", "/v1/effects/op-1",
                                     {"Authorization": "Bearer test-key-other"})
     assert status == 404
-    assert idempotency.message_id("agents", "op-1") in gw.smtp.deliveries[0].header(
+    assert fingerprint.message_id("agents", "op-1") in gw.smtp.deliveries[0].header(
         "Message-ID")  # type: ignore[operator]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from yarl import URL
 
-from gateway import idempotency
+from gateway.effects import fingerprint
 from tests.integration.conftest import PROVIDER_TIMEOUT, Gw
 
 
@@ -29,7 +29,7 @@ async def test_a_request_is_forwarded_with_fence_and_provider_key(gw: Gw) -> Non
     assert d.method == "POST" and d.path == "/api/contacts/7/notes?source=agent"
     assert d.header("Fence-Resource") == "lead:7"
     assert d.header("Fence-Token") == str(lease.fence)
-    assert d.header("Idempotency-Key") == idempotency.derived_key("agents", "crm-1")
+    assert d.header("Idempotency-Key") == fingerprint.derived_key("agents", "crm-1")
     assert d.header("X-Trace") == "abc"
     assert d.header("X-Hop") is None  # named in Connection: hop-by-hop
     assert d.header("Authorization") is None  # the gateway's key never leaves it
@@ -202,7 +202,7 @@ async def test_signed_providers_get_standard_webhooks_headers_and_their_own_cred
     assert status == 200
     [d] = gw.hook.deliveries
     msg_id, ts = d.header("webhook-id"), d.header("webhook-timestamp")
-    assert msg_id == idempotency.derived_key("agents", "sig-1")
+    assert msg_id == fingerprint.derived_key("agents", "sig-1")
     assert ts is not None and abs(int(ts) - __import__("time").time()) < 60
     assert d.header("webhook-signature") == webhook_signature(SIGNING_SECRET, msg_id, int(ts),
                                                               d.body)

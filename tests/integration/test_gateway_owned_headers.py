@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway import idempotency
+from gateway.effects import fingerprint
 from tests.integration.conftest import Gw, preset_provider
 from tests.support.fake_providers import FakeProvider
 
@@ -80,7 +80,7 @@ async def test_an_http_request_carries_one_copy_of_each_gateway_header(
                                     {**gw.headers(lease, "h-1"), **forged}, json={"a": 1})
     assert status == 200
     [d] = gw.hook.deliveries
-    derived = idempotency.derived_key("agents", "h-1")
+    derived = fingerprint.derived_key("agents", "h-1")
     assert _values(d.headers, "X-Request-Token") == [derived]
     assert _values(d.headers, "Fence-Resource") == ["lead:7"]
     assert _values(d.headers, "Fence-Token") == [str(lease.fence)]

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from gateway.api.routes import ROUTES
 from gateway.client import FenceRejected, FenceToken, GatewayClient
-from gateway.routes import ROUTES
 from leases import LeaseClient, LeaseLost
 from tests.integration.conftest import API_KEY, Gw
 

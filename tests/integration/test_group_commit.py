@@ -10,7 +10,7 @@ from collections import Counter
 
 import asyncpg
 
-from gateway.idempotency import derived_key
+from gateway.effects.fingerprint import derived_key
 from leases import LeaseClient
 from tests.integration.conftest import Gw
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from tests.support.served import free_port, serve
 
 #: the methods HTTP defines that the gateway serves or answers 405

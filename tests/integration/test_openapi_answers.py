@@ -4,8 +4,8 @@ works on the probes."""
 
 from __future__ import annotations
 
-from gateway.openapi import document
-from gateway.routes import ROUTES
+from gateway.api.openapi import document
+from gateway.api.routes import ROUTES
 from tests.integration.conftest import Gw
 
 

@@ -17,7 +17,7 @@ import aiohttp
 import asyncpg
 import pytest
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from gateway.dev.sinks import WebhookSink
 from leases import Busy, LeaseClient, LeaseLost
 from tests.integration.conftest import Gw

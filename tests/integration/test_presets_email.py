@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway import idempotency
+from gateway.effects import fingerprint
 from tests.integration.conftest import Gw, preset_provider
 from tests.support.fake_providers import FakeProvider
 
@@ -64,7 +64,7 @@ async def test_an_email_is_mapped_whole_and_sent_once(
     assert len(fake.sent) == 1
     sent = fake.sent[0]
     assert body["provider_message_id"] == sent.id
-    assert body["message_id"] == idempotency.message_id("agents", "quote-1")
+    assert body["message_id"] == fingerprint.message_id("agents", "quote-1")
     assert body["provider_response"]["status"] in (200, 202)
     # every field of the gateway's JSON reached the provider, where its API puts it
     assert parseaddr(sent.sender)[1] == "agent@example.com"
@@ -82,7 +82,7 @@ async def test_an_email_is_mapped_whole_and_sent_once(
     # ... and so does the HTTP request that carried it
     assert sent.request_header("Fence-Token") == str(lease.fence)
     assert sent.request_header("Fence-Resource") == "run:1"
-    derived = idempotency.derived_key("agents", "quote-1")
+    derived = fingerprint.derived_key("agents", "quote-1")
     if name == "resend":  # the only one of these that documents an idempotency key
         assert sent.request_header("Idempotency-Key") == derived
     else:

@@ -7,8 +7,8 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway import idempotency
 from gateway.dev.sinks import SmtpSink
+from gateway.effects import fingerprint
 from tests.integration.conftest import PROVIDER_TIMEOUT, SIGNING_SECRET, Gw, preset_provider
 from tests.support.fake_providers import FakeHubSpot, FakeProvider, FakeResend
 
@@ -67,7 +67,7 @@ async def test_resends_own_api_through_http_carries_its_idempotency_key(
                                     json=email)
     assert status == 200 and body["id"] == fake.sent[0].id
     assert fake.sent[0].request_header("Idempotency-Key") == \
-        idempotency.derived_key("agents", "raw-1")
+        fingerprint.derived_key("agents", "raw-1")
     assert fake.sent[0].request_header("Authorization") == f"Bearer {FakeResend.secret}"
 
 
@@ -83,7 +83,7 @@ async def test_an_email_api_request_is_signed_the_standard_webhooks_way(
     assert status == 200
     sent = fakes["resend"].sent[0]
     headers = {k.lower(): v for k, v in sent.request_headers.items()}
-    assert headers["webhook-id"] == idempotency.derived_key("agents", "signed-1")
+    assert headers["webhook-id"] == fingerprint.derived_key("agents", "signed-1")
     assert Webhook(SIGNING_SECRET).verify(sent.request_body, headers)["subject"] == "Hello"
 
 

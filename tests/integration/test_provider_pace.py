@@ -22,7 +22,7 @@ MakeGw = Callable[..., Awaitable[Gw]]
 TOO_MANY = {"statusCode": 429, "name": "rate_limit_exceeded",
             "message": "Too many requests. You can only make 2 requests per second."}
 #: long enough that the second caller certainly comes within it, past the
-#: pause a request waits out (gateway/pace.py, PACE_WAIT_SECONDS)
+#: pause a request waits out (gateway/effects/pace.py, PACE_WAIT_SECONDS)
 PAUSE = 3
 
 
@@ -98,7 +98,7 @@ async def test_a_huge_retry_after_pauses_the_provider_for_a_bounded_time(
     """One client's 429 with ``Retry-After: 86400`` (a quota's "tomorrow", or
     a provider's answer to one client's bad request) pauses the provider for
     every other client of this process for at most 30 seconds
-    (gateway/pace.py, MAX_PAUSE_SECONDS), not for the day and not for ten
+    (gateway/effects/pace.py, MAX_PAUSE_SECONDS), not for the day and not for ten
     minutes: past it, one request finds out whether the provider takes
     requests again. The caller that met the 429 is told the same bound."""
     gw = await _gateway(make_gw, fakes)

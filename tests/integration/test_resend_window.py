@@ -18,7 +18,7 @@ from typing import Any, Literal
 import pytest
 from aiohttp import web
 
-from gateway import idempotency
+from gateway.effects import fingerprint
 from gateway.providers import ProviderCall
 from leases import Lease
 from tests.integration.conftest import Gw, preset_provider
@@ -77,7 +77,7 @@ async def test_an_answer_lost_after_the_provider_acted_is_resent_and_answered(
     assert len(fake.sent) == 1
     assert body["status"] == "sent" and body["provider_message_id"] == fake.sent[0].id
     assert body["provider_response"]["status"] == 200
-    assert keys == [idempotency.derived_key("agents", "lost-1")] * 2
+    assert keys == [fingerprint.derived_key("agents", "lost-1")] * 2
     assert reclaimed == [None, None]
     assert await gw.metric(RESENDS, provider="resend", outcome="answered") == before + 1
 

@@ -23,7 +23,7 @@ import aiohttp
 import asyncpg
 import pytest
 
-from gateway.auth import key_sha256
+from gateway.api.auth import key_sha256
 from leases import LeaseClient
 from tests.support.drain import claim_after_barrier
 from tests.support.heldsmtp import HeldSmtp

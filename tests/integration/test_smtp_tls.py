@@ -14,8 +14,8 @@ import trustme
 from aiohttp.test_utils import TestServer
 
 from gateway import config as gconfig
+from gateway.api.auth import key_sha256
 from gateway.app import build_app
-from gateway.auth import key_sha256
 from gateway.dev.sinks import SmtpSink
 from leases import LeaseClient
 from tests.integration.conftest import API_KEY

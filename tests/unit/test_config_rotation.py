@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gateway import config
-from gateway.auth import Authenticator, key_sha256
-from gateway.problems import Problem
+from gateway.api.auth import Authenticator, key_sha256
+from gateway.api.problems import Problem
 
 OLD, NEW = key_sha256("old-key"), key_sha256("new-key")
 BASE: dict[str, Any] = {

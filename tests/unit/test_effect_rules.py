@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import requests
-from gateway.deadline import SEND_MARGIN_SECONDS, Deadline
-from gateway.problems import Problem
+from gateway.api import parsing
+from gateway.api.problems import Problem
+from gateway.effects.deadline import SEND_MARGIN_SECONDS, Deadline
 from leases import database
 from leases.logs import JsonFormatter
 from leases.migrate import SchemaState, usable
@@ -62,13 +62,13 @@ def test_a_dsn_in_a_log_line_never_shows_its_password(dsn: str) -> None:
 ])
 def test_paths_that_some_server_would_climb_out_with_are_refused(path: str) -> None:
     with pytest.raises(Problem) as refused:
-        requests.provider_path(path)
+        parsing.provider_path(path)
     assert refused.value.code == "bad_request"
 
 
 @pytest.mark.parametrize("path", ["contacts/7/notes", "a.b/c-d_e", "v1/x%20y", "a//b"])
 def test_ordinary_paths_pass(path: str) -> None:
-    assert requests.provider_path(path) == path
+    assert parsing.provider_path(path) == path
 
 
 def test_an_unhandled_error_is_logged_with_its_message_and_traceback() -> None:

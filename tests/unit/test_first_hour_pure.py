@@ -67,7 +67,7 @@ def test_the_rejections_chart_stacks_each_minute_by_reason() -> None:
 
 
 def test_the_rejection_buffer_is_bounded() -> None:
-    from gateway import rejections
+    from gateway.effects import rejections
 
     log = rejections.RejectionLog(None)  # type: ignore[arg-type]  # never written here
     for n in range(rejections.MAX_BUFFERED + 5):

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import config, idempotency, requests
-from gateway.problems import Problem
-from gateway.ratelimit import TokenBucket
+from gateway import config
+from gateway.api import parsing
+from gateway.api.problems import Problem
+from gateway.effects import fingerprint
+from gateway.effects.ratelimit import TokenBucket
 
 GOOD = {
     "server": {"port": 8080},
@@ -119,28 +121,28 @@ def test_canonical_json_ignores_key_order_and_spacing(value: Any) -> None:
 
     compact = json.dumps(value).encode()
     spaced = json.dumps(value, indent=3).encode()
-    assert idempotency.canonical_body(compact, "application/json") == \
-        idempotency.canonical_body(spaced, "application/json; charset=utf-8")
+    assert fingerprint.canonical_body(compact, "application/json") == \
+        fingerprint.canonical_body(spaced, "application/json; charset=utf-8")
 
 
 @given(st.text(max_size=20), st.text(max_size=20), st.text(max_size=20), st.text(max_size=20))
 def test_fingerprints_do_not_collide_across_field_boundaries(a: str, b: str, c: str,
                                                              d: str) -> None:
     if (a, b) != (c, d):
-        assert idempotency.fingerprint(a, "POST", b, b"") != \
-            idempotency.fingerprint(c, "POST", d, b"")
+        assert fingerprint.fingerprint(a, "POST", b, b"") != \
+            fingerprint.fingerprint(c, "POST", d, b"")
 
 
 def test_derived_keys_are_stable_and_scoped_per_client() -> None:
-    assert idempotency.derived_key("a", "k") == idempotency.derived_key("a", "k")
-    assert idempotency.derived_key("a", "k") != idempotency.derived_key("b", "k")
-    assert idempotency.message_id("a", "k").startswith("<")
+    assert fingerprint.derived_key("a", "k") == fingerprint.derived_key("a", "k")
+    assert fingerprint.derived_key("a", "k") != fingerprint.derived_key("b", "k")
+    assert fingerprint.message_id("a", "k").startswith("<")
 
 
 @pytest.mark.parametrize("addr", ["a@example.com", "Ann <a@example.com>",
                                   "a.b+c@sub.example.co"])
 def test_good_addresses(addr: str) -> None:
-    assert requests.address("to", addr) == addr
+    assert parsing.address("to", addr) == addr
 
 
 @pytest.mark.parametrize(("addr", "parts"), [
@@ -149,7 +151,7 @@ def test_good_addresses(addr: str) -> None:
     ("J. Smith<j@example.com>", ("J. Smith", "j@example.com")),
 ])
 def test_mailbox_is_what_the_check_validated(addr: str, parts: tuple[str, str]) -> None:
-    assert requests.mailbox(requests.address("to", addr)) == parts
+    assert parsing.mailbox(parsing.address("to", addr)) == parts
 
 
 @pytest.mark.parametrize("addr", ["", "a", "a@", "@b", "a@b\r\nBcc: x@y", "a b@c",
@@ -162,13 +164,13 @@ def test_mailbox_is_what_the_check_validated(addr: str, parts: tuple[str, str]) 
                                   "a@b.example.", "Ann <a@b.example.>"])
 def test_bad_addresses(addr: Any) -> None:
     with pytest.raises(Problem) as p:
-        requests.address("to", addr)
+        parsing.address("to", addr)
     assert p.value.code == "bad_request"
 
 
 @pytest.mark.parametrize("path", ["a/b", "contacts/7/notes", "a%20b", "x.json"])
 def test_provider_paths_that_stay_inside(path: str) -> None:
-    assert requests.provider_path(path) == path
+    assert parsing.provider_path(path) == path
 
 
 @pytest.mark.parametrize("path", ["../a", "a/../../b", "%2e%2e/a", "a/%2E%2E", "/abs",
@@ -180,7 +182,7 @@ def test_provider_paths_that_stay_inside(path: str) -> None:
                                   "%e2%80%a4/a", "caf%C3%A9", "caf\u00e9", "a/%80/b", "a%7fb"])
 def test_provider_paths_that_would_escape(path: str) -> None:
     with pytest.raises(Problem):
-        requests.provider_path(path)
+        parsing.provider_path(path)
 
 
 def test_token_bucket_refills_at_its_rate() -> None:
@@ -209,14 +211,14 @@ def test_an_email_carries_its_message_id_fence_and_provider_key() -> None:
     from gateway.providers.base import EmailCall
     from gateway.providers.smtp import build_message
 
-    req = requests.email_request({"from": "A <a@example.com>", "to": ["b@example.com"],
+    req = parsing.email_request({"from": "A <a@example.com>", "to": ["b@example.com"],
                                   "bcc": ["hidden@example.com"], "subject": "Hi",
                                   "text": "t", "html": "<p>t</p>",
                                   "headers": {"X-Campaign": "c1"}})
     call = EmailCall(client="agents", key="k1", resource="run:1", fence=7, email=req)
     msg = email.message_from_bytes(build_message(call, "Resend-Idempotency-Key"))
-    assert msg["Message-ID"] == idempotency.message_id("agents", "k1")
-    assert msg["Resend-Idempotency-Key"] == idempotency.derived_key("agents", "k1")
+    assert msg["Message-ID"] == fingerprint.message_id("agents", "k1")
+    assert msg["Resend-Idempotency-Key"] == fingerprint.derived_key("agents", "k1")
     assert (msg["Fence-Resource"], msg["Fence-Token"]) == ("run:1", "7")
     assert msg["X-Campaign"] == "c1" and msg["Bcc"] is None  # bcc only in the envelope
     assert "hidden@example.com" in req.recipients
@@ -237,7 +239,7 @@ def test_the_gateways_http_headers_replace_the_callers_in_any_letter_case() -> N
                     headers={"x-request-token": "forged", "X-Trace": "t"})
     headers = HttpProvider(cfg, 1024).headers(call)
     token = [v for k, v in headers.items() if k.lower() == "x-request-token"]
-    assert token == [idempotency.derived_key("agents", "k")]
+    assert token == [fingerprint.derived_key("agents", "k")]
     assert headers["X-Trace"] == "t"
 
 
@@ -259,8 +261,8 @@ def test_a_built_message_is_read_back_before_it_is_sent(
     from gateway.providers.base import EmailCall
     from gateway.providers.mime import Unbuildable, build_message
 
-    monkeypatch.setattr(requests, "header_text", lambda field, value: value)
-    req = requests.email_request({"from": "a@example.com", "to": ["b@example.com"],
+    monkeypatch.setattr(parsing, "header_text", lambda field, value: value)
+    req = parsing.email_request({"from": "a@example.com", "to": ["b@example.com"],
                                   "subject": "s", "text": "t", **over})
     call = EmailCall("agents", "k", "run:1", 1, email=req)
     try:

@@ -10,8 +10,8 @@ from typing import Any
 
 import jsonschema_rs
 
-from gateway.openapi import document
-from gateway.routes import ROUTES
+from gateway.api.openapi import document
+from gateway.api.routes import ROUTES
 
 DOC = document(ROUTES)
 

@@ -1,4 +1,4 @@
-"""The provider's pace (gateway/pace.py): pure rules, the clocks as arguments."""
+"""The provider's pace (gateway/effects/pace.py): pure rules, the clocks as arguments."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.pace import (
+from gateway.config.presets import DEFAULT_PACE, HUBSPOT, RESEND, SENDGRID, SES
+from gateway.effects.pace import (
     MAX_PAUSE_SECONDS,
     PAUSE_WITHOUT_HINT_SECONDS,
     Pauses,
     requested_pause,
     retry_after_seconds,
 )
-from gateway.presets import DEFAULT_PACE, HUBSPOT, RESEND, SENDGRID, SES
 
 WALL = 1_764_494_284.0  # 2025-11-30T09:18:04Z
 

@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
-from gateway import config, config_presets, idempotency, presets, requests
+from gateway import config
+from gateway.api import parsing
+from gateway.config import fill, presets
+from gateway.effects import fingerprint
 from gateway.errors import ConfigError
 from gateway.providers import http_email
 from gateway.providers.base import EmailCall
@@ -86,7 +89,7 @@ def test_ses_signs_with_aws_credentials_for_its_region() -> None:
     p = parsed("ses")
     assert isinstance(p, config.HttpProviderConfig)
     assert p.base_url == "https://email.eu-west-1.amazonaws.com"
-    assert p.aws == config_presets.AwsCredentials("AKIDEXAMPLE", "secret", None)
+    assert p.aws == fill.AwsCredentials("AKIDEXAMPLE", "secret", None)
     assert not p.auth_headers and "secret" not in repr(p)
 
 
@@ -139,7 +142,7 @@ def test_a_default_secret_that_is_not_set_says_whose_default_it_is(
 
 
 def test_ses_without_botocore_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_presets, "installed", lambda module: module != "botocore")
+    monkeypatch.setattr(fill, "installed", lambda module: module != "botocore")
     with pytest.raises(ConfigError, match=r"pip install 'fencegate\[ses\]'"):
         parsed("ses")
 
@@ -176,13 +179,13 @@ def email_body(**over: Any) -> dict[str, Any]:
     ([{"filename": "a", "content": ""}] * 51, "attachments"),
 ])
 def test_attachments_are_checked_and_the_field_named(attachments: Any, field: str) -> None:
-    with pytest.raises(requests.Problem) as e:
-        requests.email_request(email_body(attachments=attachments))
+    with pytest.raises(parsing.Problem) as e:
+        parsing.email_request(email_body(attachments=attachments))
     assert e.value.extra["field"] == field
 
 
 def test_an_attachment_type_defaults_from_its_name() -> None:
-    req = requests.email_request(email_body(attachments=[
+    req = parsing.email_request(email_body(attachments=[
         {"filename": "a.pdf", "content": base64.b64encode(b"%PDF").decode()},
         {"filename": "blob", "content": ""}]))
     assert [(a.content_type, a.content) for a in req.attachments] == \
@@ -192,7 +195,7 @@ def test_an_attachment_type_defaults_from_its_name() -> None:
 def call_of(**over: Any) -> EmailCall:
     body = email_body(cc=["c@example.com"], bcc=["hidden@example.com"], html="<p>T</p>",
                       reply_to="r@example.com", headers={"X-Campaign": "c1"}, **over)
-    return EmailCall("agents", "k1", "run:1", 7, email=requests.email_request(body))
+    return EmailCall("agents", "k1", "run:1", 7, email=parsing.email_request(body))
 
 
 def test_the_mime_message_carries_the_attachments() -> None:
@@ -202,7 +205,7 @@ def test_the_mime_message_carries_the_attachments() -> None:
     call = call_of(attachments=[{"filename": "r.csv", "content": base64.b64encode(b"1,2").decode(),
                                  "content_type": "text/csv"}])
     msg = email.message_from_bytes(build_message(call, ""), policy=email.policy.default)
-    assert msg["Message-ID"] == idempotency.message_id("agents", "k1") and msg["Bcc"] is None
+    assert msg["Message-ID"] == fingerprint.message_id("agents", "k1") and msg["Bcc"] is None
     [attached] = list(msg.iter_attachments())
     assert (attached.get_filename(), attached.get_content_type(),
             attached.get_payload(decode=True)) == ("r.csv", "text/csv", b"1,2")
@@ -225,7 +228,7 @@ def test_sendgrid_wants_one_personalization_and_text_before_html() -> None:
                                          "cc": [{"email": "c@example.com"}],
                                          "bcc": [{"email": "hidden@example.com"}]}]
     assert [c["type"] for c in body["content"]] == ["text/plain", "text/html"]
-    assert body["headers"]["Message-ID"] == idempotency.message_id("agents", "k1")
+    assert body["headers"]["Message-ID"] == fingerprint.message_id("agents", "k1")
 
 
 def test_postmark_wants_comma_separated_recipients_and_a_header_list() -> None:

@@ -1,5 +1,5 @@
 """Which providers the gateway resends to within a request, and how it
-backs off between resends (gateway/resend.py): pure rules."""
+backs off between resends (gateway/effects/resend.py): pure rules."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gateway import config as gconfig
+from gateway.effects.resend import RESEND_BACKOFF_CAP_SECONDS, policy, resendable
 from gateway.errors import ConfigError
-from gateway.resend import RESEND_BACKOFF_CAP_SECONDS, policy, resendable
 
 
 def _provider(**keys: Any) -> gconfig.ProviderConfig:

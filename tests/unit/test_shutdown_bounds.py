@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from gateway import config as gconfig
-from gateway import resend, serve
+from gateway import serve
+from gateway.effects import resend
 
 ROOT = Path(__file__).resolve().parents[2]
 

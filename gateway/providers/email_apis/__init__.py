@@ -10,9 +10,9 @@ gated connections as ``/v1/http``; ``providers/http_email.py`` judges the answer
 
 from __future__ import annotations
 
-from ...presets import EmailApiName
-from . import mailgun, postmark, resend, sendgrid, ses
-from .base import ApiRequest, EmailApi
+from gateway.config.presets import EmailApiName
+from gateway.providers.email_apis import mailgun, postmark, resend, sendgrid, ses
+from gateway.providers.email_apis.base import ApiRequest, EmailApi
 
 #: every email API, by the name a preset's ``email_api`` gives
 EMAIL_APIS: dict[EmailApiName, EmailApi] = {

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...config import HttpProviderConfig
-from ...requests import addr_spec
-from ..base import EmailCall
+from gateway.api.parsing import addr_spec
+from gateway.config import HttpProviderConfig
+from gateway.providers.base import EmailCall
 
 
 @dataclass(frozen=True)

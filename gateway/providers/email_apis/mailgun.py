@@ -11,10 +11,10 @@ from urllib.parse import quote
 
 from aiohttp import MultipartWriter
 
-from ...config import HttpProviderConfig
-from ..base import EmailCall
-from ..mime import email_headers
-from .base import ApiRequest, EmailApi, field_of
+from gateway.config import HttpProviderConfig
+from gateway.providers.base import EmailCall
+from gateway.providers.email_apis.base import ApiRequest, EmailApi, field_of
+from gateway.providers.mime import email_headers
 
 
 async def build(call: EmailCall, config: HttpProviderConfig) -> ApiRequest:

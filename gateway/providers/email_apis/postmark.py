@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import HttpProviderConfig
-from ..base import EmailCall
-from ..mime import email_headers
-from .base import ApiRequest, EmailApi, field_of, json_body
+from gateway.config import HttpProviderConfig
+from gateway.providers.base import EmailCall
+from gateway.providers.email_apis.base import ApiRequest, EmailApi, field_of, json_body
+from gateway.providers.mime import email_headers
 
 
 async def build(call: EmailCall, config: HttpProviderConfig) -> ApiRequest:

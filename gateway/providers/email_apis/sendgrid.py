@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import HttpProviderConfig
-from ...requests import mailbox
-from ..base import EmailCall
-from ..mime import email_headers
-from .base import ApiRequest, EmailApi, json_body
+from gateway.api.parsing import mailbox
+from gateway.config import HttpProviderConfig
+from gateway.providers.base import EmailCall
+from gateway.providers.email_apis.base import ApiRequest, EmailApi, json_body
+from gateway.providers.mime import email_headers
 
 
 def _address(value: str) -> dict[str, str]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from ...config import HttpProviderConfig
-from ..base import EmailCall
-from ..mime import build_message
-from .base import ApiRequest, EmailApi, bare, field_of, json_body
+from gateway.config import HttpProviderConfig
+from gateway.providers.base import EmailCall
+from gateway.providers.email_apis.base import ApiRequest, EmailApi, bare, field_of, json_body
+from gateway.providers.mime import build_message
 
 
 async def build(call: EmailCall, config: HttpProviderConfig) -> ApiRequest:

@@ -484,7 +484,7 @@ $$;
 
 -- The extension of an attempt whose outcome is unknown, so that it may be
 -- sent again, with the same provider key, inside the provider's window
--- (gateway/resend.py). Answers:
+-- (gateway/effects/resend.py). Answers:
 --   extended        the attempt's deadline, and its lease's drain barrier,
 --                   now reach p_deadline_seconds from now: send again
 --   stale_fence     a newer fence was granted (the barrier had lapsed)
@@ -630,7 +630,7 @@ CREATE INDEX fencegate_effects_unknown ON fencegate_effects (updated_at)
 -- client, provider and reason, on which resource, under which fence (the
 -- zombie's) and what the current one was. Written in batches by each gateway,
 -- at most once a second, and purged after a retention (7 days by default) by
--- each gateway (gateway/rejections.py): the console shows the last hours.
+-- each gateway (gateway/effects/rejections.py): the console shows the last hours.
 CREATE TABLE fencegate_rejections (
     id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at              timestamptz NOT NULL DEFAULT clock_timestamp(),

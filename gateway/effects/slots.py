@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from .metrics import IN_FLIGHT, REQUESTS_REFUSED
-from .problems import Problem
-from .state import GATEWAY
-from .wire import RETRY_AFTER
+from gateway.api.problems import Problem
+from gateway.metrics import IN_FLIGHT, REQUESTS_REFUSED
+from gateway.state import GATEWAY
+from gateway.wire import RETRY_AFTER
 
 
 @dataclass

@@ -28,17 +28,16 @@ import asyncio
 import logging
 import time
 
+from gateway.config import HttpProviderConfig, ProviderConfig, ServerConfig
+from gateway.effects.attempt import send_once
+from gateway.effects.deadline import Deadline
+from gateway.effects.pace import PACE_WAIT_SECONDS
+from gateway.metrics import PROVIDER_RESENDS
+from gateway.providers import Outcome, Provider, ProviderCall
+from gateway.state import Gateway
+from gateway.wire import ExtendVerdict, ResendOutcome
 from leases import Busy, Unavailable, clock
 from leases.retry import RetryPolicy
-
-from .config import HttpProviderConfig, ProviderConfig, ServerConfig
-from .deadline import Deadline
-from .metrics import PROVIDER_RESENDS
-from .pace import PACE_WAIT_SECONDS
-from .providers import Outcome, Provider, ProviderCall
-from .sending import send_once
-from .state import Gateway
-from .wire import ExtendVerdict, ResendOutcome
 
 log = logging.getLogger("fencegate.effects")
 

@@ -28,7 +28,7 @@ import contextvars
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from ..deadline import Deadline
+from gateway.effects.deadline import Deadline
 
 #: a large body goes to aiohttp in pieces of this size, so that it is not
 #: handed to asyncio at once: each piece passes the gate (the deadline) on its

@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .presets import Pace
+from gateway.config.presets import Pace
 
 #: a pause this short (what ``Retry-After: 1`` asks) is waited out inside the
 #: request rather than answered 429: a second costs the caller less than a

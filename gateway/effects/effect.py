@@ -25,21 +25,19 @@ from typing import NoReturn
 
 from aiohttp import web
 
-from leases import clock
-
-from . import idempotency, resend
-from .deadline import Deadline
-from .ledger import Admission, FinalState, Finished, StoredAnswer, new_attempt
-from .metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
-from .pace import PACE_WAIT_SECONDS
-from .problems import PROBLEM_MEMBERS, Problem
-from .providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall
-from .providers.mime import Unbuildable, build_message
-from .ratelimit import TokenBucket, retry_after_header
-from .requests import EffectHeaders, EmailRequest
-from .sending import send_once
-from .state import Gateway
-from .wire import (
+from gateway.api.parsing import EffectHeaders, EmailRequest
+from gateway.api.problems import PROBLEM_MEMBERS, Problem
+from gateway.effects import fingerprint, resend
+from gateway.effects.attempt import send_once
+from gateway.effects.deadline import Deadline
+from gateway.effects.pace import PACE_WAIT_SECONDS
+from gateway.effects.ratelimit import TokenBucket, retry_after_header
+from gateway.ledger import Admission, FinalState, Finished, StoredAnswer, new_attempt
+from gateway.metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
+from gateway.providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall
+from gateway.providers.mime import Unbuildable, build_message
+from gateway.state import Gateway
+from gateway.wire import (
     FENCE_REFUSALS,
     IDEMPOTENT_REPLAYED,
     RETRY_AFTER,
@@ -47,6 +45,7 @@ from .wire import (
     ProblemCode,
     Refusal,
 )
+from leases import clock
 
 log = logging.getLogger("fencegate.effects")
 
@@ -102,9 +101,9 @@ class Effect:
         call = HttpCall(client, headers.key, headers.resource, headers.fence, method=method,
                         path=path, query=query, headers=forwarded, body=body)
         target = f"{path}?{query}" if query else path
-        return cls(provider, call, idempotency.fingerprint(
+        return cls(provider, call, fingerprint.fingerprint(
             provider.config.name, method, target,
-            idempotency.canonical_body(body, content_type)))
+            fingerprint.canonical_body(body, content_type)))
 
     @classmethod
     def email(cls, client: str, headers: EffectHeaders, provider: Provider,
@@ -121,9 +120,9 @@ class Effect:
         # fingerprinted under a path no proxied request can have (they never
         # start with "/"), so a repeat of the key on the other route is a
         # different request (422), not this one.
-        return cls(provider, call, idempotency.fingerprint(
+        return cls(provider, call, fingerprint.fingerprint(
             provider.config.name, "POST", "/v1/email",
-            idempotency.canonical_body(raw_body, "application/json")))
+            fingerprint.canonical_body(raw_body, "application/json")))
 
 
 def _refuse(effect: Effect, admission: Admission, verdict: Refusal) -> NoReturn:
@@ -186,7 +185,7 @@ async def _mind_the_pause(gw: Gateway, effect: Effect, started: float) -> None:
         await asyncio.sleep(left)
 
 
-async def run(gw: Gateway, effect: Effect) -> web.Response:
+async def run_effect(gw: Gateway, effect: Effect) -> web.Response:
     """Take one effect through admission, the provider and the ledger."""
     provider, call = effect.provider, effect.call
     cfg = provider.config

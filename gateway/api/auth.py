@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 from fnmatch import fnmatchcase
 
-from .config import ClientConfig
-from .problems import Problem
+from gateway.api.problems import Problem
+from gateway.config import ClientConfig
 
 
 def key_sha256(api_key: str) -> str:

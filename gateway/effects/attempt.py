@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 import time
 
-from .deadline import Deadline
-from .metrics import PROVIDER_DURATION, PROVIDER_PAUSED
-from .providers import Outcome, Provider, ProviderCall, too_late
-from .state import Gateway
+from gateway.effects.deadline import Deadline
+from gateway.metrics import PROVIDER_DURATION, PROVIDER_PAUSED
+from gateway.providers import Outcome, Provider, ProviderCall, too_late
+from gateway.state import Gateway
 
 log = logging.getLogger("fencegate.effects")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .errors import GatewayError
-from .wire import PROBLEM_HEADER, PROBLEMS, ProblemCode
+from gateway.errors import GatewayError
+from gateway.wire import PROBLEM_HEADER, PROBLEMS, ProblemCode
 
 PROBLEM_TYPE_BASE = "https://fencegate.dev/problems/"
 

@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .problems import Problem
+from gateway.api.problems import Problem
 
 #: the logger aiohttp's server protocol reports errors on
 SERVER_LOGGER = "aiohttp.server"

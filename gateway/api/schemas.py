@@ -1,5 +1,5 @@
 """JSON schemas of the gateway's successful answers, for /openapi.json (the
-request bodies' schemas sit with the route table, gateway/routes.py; their
+request bodies' schemas sit with the route table, gateway/api/routes.py; their
 fields are described by name here, in ``FIELDS``). Every field has a
 description and a real example, which its own schema accepts
 (tests/unit/test_openapi_described.py)."""

@@ -11,7 +11,7 @@ import asyncio
 
 from aiohttp import StreamReader, web
 
-from .problems import Problem
+from gateway.api.problems import Problem
 
 
 async def read_limited(stream: StreamReader, limit: int) -> bytes:

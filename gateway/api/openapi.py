@@ -7,13 +7,12 @@ import importlib.metadata
 import re
 from typing import TYPE_CHECKING, Any, get_args
 
+from gateway.api.schemas import FIELDS, field
+from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY, PROBLEMS, RateLimitReason
 from leases.policy import RESOURCE_PATTERN
 
-from .schemas import FIELDS, field
-from .wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY, PROBLEMS, RateLimitReason
-
 if TYPE_CHECKING:
-    from .routes import Route
+    from gateway.api.routes import Route
 
 GUARANTEE = (
     "Fenced, idempotent email and HTTP effects.\n\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .errors import ConfigError
+from gateway.errors import ConfigError
 
 
 class Reader:

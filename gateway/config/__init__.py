@@ -14,19 +14,18 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
-from leases.database import DATABASE_URL_ENV
-
-from . import config_presets
-from .config_presets import AwsCredentials
-from .config_reader import Reader as _Reader
-from .errors import ConfigError
-from .presets import (
+from gateway.config import fill
+from gateway.config.fill import AwsCredentials
+from gateway.config.presets import (
     DEFAULT_NOT_ACTED_STATUSES,
     DEFAULT_PACE,
     DEFAULT_UNKNOWN_STATUSES,
     Pace,
     Preset,
 )
+from gateway.config.reader import Reader as _Reader
+from gateway.errors import ConfigError
+from leases.database import DATABASE_URL_ENV
 
 #: the status a provider that dedupes on our key gives a key still held by an attempt
 CONFLICT = 409
@@ -49,7 +48,7 @@ DEFAULT_DATABASE_POOL_SIZE = 20
 REQUESTS_PER_CONNECTION = 8
 DEFAULT_SMTP_POOL_SIZE = 4
 #: resends after an unknown outcome, inside the provider's idempotency window
-#: (HTTP providers that dedupe on our key; gateway/resend.py)
+#: (HTTP providers that dedupe on our key; gateway/effects/resend.py)
 DEFAULT_RESEND_ATTEMPTS = 2
 MAX_RESEND_ATTEMPTS = 10
 
@@ -129,7 +128,7 @@ class _ProviderCommon:
     rate_limit_per_second: float = DEFAULT_RATE_LIMIT_PER_SECOND
     idempotency_header: str = ""
     idempotency_window_seconds: float = 0.0
-    #: the preset the provider was configured from (gateway/presets.py), if any
+    #: the preset the provider was configured from (gateway/config/presets.py), if any
     preset: Preset | None = None
 
     @property
@@ -340,10 +339,10 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
     kind = r.get("kind", str, required=True)
     if kind not in ("smtp", "http"):
         raise r.error("kind", 'must be "smtp" or "http"')
-    preset = config_presets.preset_of(r, kind)
+    preset = fill.preset_of(r, kind)
     r.check_unknown(_COMMON | (_SMTP if kind == "smtp" else _HTTP)
-                    | config_presets.preset_keys(preset))
-    header, window = config_presets.idempotency(r, kind, preset,
+                    | fill.preset_keys(preset))
+    header, window = fill.idempotency(r, kind, preset,
                                                 DEFAULT_HTTP_IDEMPOTENCY_HEADER)
     common: dict[str, Any] = {
         "name": name,
@@ -362,7 +361,7 @@ def _provider(source: str, name: str, raw: Any) -> ProviderConfig:
 def _http(r: _Reader, common: dict[str, Any], preset: Preset | None) -> HttpProviderConfig:
     settings: dict[str, Any] = {}
     if preset is not None:
-        settings = config_presets.http_settings(r, preset)
+        settings = fill.http_settings(r, preset)
     else:
         authorization = r.secret("authorization_env")
         settings["auth_headers"] = {"Authorization": authorization} if authorization else {}
@@ -395,7 +394,7 @@ def _http(r: _Reader, common: dict[str, Any], preset: Preset | None) -> HttpProv
 
 
 def _smtp(r: _Reader, common: dict[str, Any], preset: Preset | None) -> SmtpProviderConfig:
-    filled = config_presets.smtp_settings(r, preset) if preset is not None else {}
+    filled = fill.smtp_settings(r, preset) if preset is not None else {}
     tls = r.get("tls", str, filled.get("tls", "none"))
     if tls not in ("none", "starttls", "tls"):
         raise r.error("tls", 'must be "none", "starttls" or "tls"')

@@ -12,20 +12,21 @@ from typing import Any, Literal
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
+from gateway.api import parsing, schemas
+from gateway.api.auth import check_provider, check_resource
+from gateway.api.bodies import receive
+from gateway.api.problems import Problem
+from gateway.config import ClientConfig
+from gateway.effects import slots
+from gateway.effects.effect import Effect, run_effect
+from gateway.effects.fingerprint import NestedTooDeep
+from gateway.effects.ratelimit import retry_after_header
+from gateway.providers import Provider
+from gateway.providers.http import forwarded_headers
+from gateway.state import GATEWAY, Gateway
 from leases import InvalidArgument, Unavailable, database, formats, migrate
 from leases import policy as lease_policy
 from leases.observe import exposition
-
-from . import effects, requests, schemas, slots
-from .auth import check_provider, check_resource
-from .bodies import receive
-from .config import ClientConfig
-from .idempotency import NestedTooDeep
-from .problems import Problem
-from .providers import Provider
-from .providers.http import forwarded_headers
-from .ratelimit import retry_after_header
-from .state import GATEWAY, Gateway
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLIENT = web.RequestKey("client", ClientConfig)
@@ -68,7 +69,7 @@ def client_of(request: web.Request) -> ClientConfig:
 
 async def read_body(request: web.Request) -> bytes:
     """The whole request body (chunked or not), within the size and time
-    limits; then the request takes its slot (gateway/slots.py). A client may
+    limits; then the request takes its slot (gateway/effects/slots.py). A client may
     be sending at most ``max_requests_in_flight`` bodies at once."""
     gw = gw_of(request)
     server = gw.config.server
@@ -88,13 +89,13 @@ async def read_body(request: web.Request) -> bytes:
 
 
 async def read_json(request: web.Request) -> Any:
-    return requests.json_value(await read_body(request))
+    return parsing.json_value(await read_body(request))
 
 
 def provider_named(gw: Gateway, name: str, kind: Literal["smtp", "http"]) -> Provider:
     provider = gw.providers.get(name)
     if provider is None or provider.config.kind != kind:
-        raise requests.bad("provider", f"{name[:64]!r} is not a configured {kind} provider")
+        raise parsing.bad("provider", f"{name[:64]!r} is not a configured {kind} provider")
     return provider
 
 
@@ -104,20 +105,20 @@ def email_provider(gw: Gateway, name: str | None) -> Provider:
     if name is None:
         name = gw.config.default_email_provider
         if name is None:
-            raise requests.bad("provider", "is required: more than one email provider is "
+            raise parsing.bad("provider", "is required: more than one email provider is "
                                "configured" if any(p.config.serves_email
                                                    for p in gw.providers.values())
                                else "is required: no email provider is configured")
     provider = gw.providers.get(name)
     if provider is None or not provider.config.serves_email:
-        raise requests.bad("provider", f"{name[:64]!r} is not a configured email provider "
+        raise parsing.bad("provider", f"{name[:64]!r} is not a configured email provider "
                            "(an smtp provider, or an http one with an email preset)")
     return provider
 
 
-def checked_headers(request: web.Request) -> requests.EffectHeaders:
+def checked_headers(request: web.Request) -> parsing.EffectHeaders:
     """The effect's three headers, and the client's right to its resource."""
-    headers = requests.effect_headers(request.headers)
+    headers = parsing.effect_headers(request.headers)
     check_resource(client_of(request), headers.resource)
     return headers
 
@@ -128,12 +129,12 @@ async def send_email(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     headers = checked_headers(request)
     raw = await read_body(request)
-    email = requests.email_request(requests.json_value(raw))
+    email = parsing.email_request(parsing.json_value(raw))
     provider = email_provider(gw, email.provider)
     check_provider(client_of(request), provider.config.name)
-    requests.owned_header(email, provider.config.idempotency_header)
-    effect = effects.Effect.email(client_of(request).name, headers, provider, email, raw)
-    return await effects.run(gw, effect)
+    parsing.owned_header(email, provider.config.idempotency_header)
+    effect = Effect.email(client_of(request).name, headers, provider, email, raw)
+    return await run_effect(gw, effect)
 
 
 async def proxy_http(request: web.Request) -> web.StreamResponse:
@@ -143,33 +144,33 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     prefix = f"/v1/http/{name}/"
     raw_path = request.rel_url.raw_path
     if not raw_path.startswith(prefix):
-        raise requests.bad("path", "must follow /v1/http/{provider}/")
-    path = requests.provider_path(raw_path[len(prefix):])
+        raise parsing.bad("path", "must follow /v1/http/{provider}/")
+    path = parsing.provider_path(raw_path[len(prefix):])
     provider = provider_named(gw, name, "http")
     check_provider(client_of(request), name, path)
     forwarded = dict(request.headers)
-    requests.utf8_headers(forwarded_headers(forwarded))
+    parsing.utf8_headers(forwarded_headers(forwarded))
     body = await read_body(request)
     try:
-        effect = effects.Effect.http(
+        effect = Effect.http(
             client_of(request).name, headers, provider, method=request.method, path=path,
             query=request.rel_url.raw_query_string, forwarded=forwarded,
             body=body, content_type=request.content_type)
     except NestedTooDeep:
-        raise requests.bad("body", "is JSON nested too deeply") from None
-    return await effects.run(gw, effect)
+        raise parsing.bad("body", "is JSON nested too deeply") from None
+    return await run_effect(gw, effect)
 
 
 # ---- leases ----------------------------------------------------------------
 
 def _field(body: Any, name: str, kind: type | tuple[type, ...], required: bool = True) -> Any:
     if not isinstance(body, dict):
-        raise requests.bad("body", "must be a JSON object")
+        raise parsing.bad("body", "must be a JSON object")
     value = body.get(name)
     if value is None and not required:
         return None
     if value is None or isinstance(value, bool) or not isinstance(value, kind):
-        raise requests.bad(name, "is required" if value is None else "has the wrong type")
+        raise parsing.bad(name, "is required" if value is None else "has the wrong type")
     return value
 
 
@@ -186,7 +187,7 @@ def _lease_args(request: web.Request, body: Any, *, owner_required: bool,
         if ttl:
             out["ttl"] = lease_policy.check_ttl(_field(body, "ttl_seconds", (int, float)))
     except InvalidArgument as exc:
-        raise requests.bad("body", str(exc)) from None
+        raise parsing.bad("body", str(exc)) from None
     check_resource(client_of(request), resource)
     return out
 
@@ -260,7 +261,7 @@ async def show_lease(request: web.Request) -> web.StreamResponse:
     try:
         lease_policy.check_resource(resource)
     except InvalidArgument as exc:
-        raise requests.bad("resource", str(exc)) from None
+        raise parsing.bad("resource", str(exc)) from None
     check_resource(client_of(request), resource)
     info = await gw.leases.show(resource)
     if info is None:
@@ -279,7 +280,7 @@ def _effect_key(request: web.Request) -> str:
     """The key in the path, decoded; one no Idempotency-Key can be (a NUL,
     which PostgreSQL cannot hold in text, among them) names no effect."""
     key = request.match_info["key"]
-    if not requests.is_key(key):
+    if not parsing.is_key(key):
         raise Problem("not_found", "no effect with this Idempotency-Key for this client")
     return key
 
@@ -300,7 +301,7 @@ async def resolve_effect(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     outcome = _field(body, "outcome", str)
     if outcome not in ("sent", "not_sent"):
-        raise requests.bad("outcome", 'must be "sent" or "not_sent"')
+        raise parsing.bad("outcome", 'must be "sent" or "not_sent"')
     client = client_of(request).name
     if not await gw.ledger.resolve(client, key, outcome, operator=client):
         why = await gw.ledger.why_unresolved(client, key, outcome)
@@ -342,7 +343,7 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 
 async def openapi(request: web.Request) -> web.StreamResponse:
-    from .openapi import document
+    from gateway.api.openapi import document
 
     return web.json_response(document(ROUTES))
 
@@ -357,12 +358,12 @@ _EMAIL_SCHEMA = {
         "reply_to": {"type": "string"}, "subject": {"type": "string"},
         "text": {"type": "string"}, "html": {"type": "string"},
         "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-        "attachments": {"type": "array", "maxItems": requests.MAX_ATTACHMENTS, "items": {
+        "attachments": {"type": "array", "maxItems": parsing.MAX_ATTACHMENTS, "items": {
             "type": "object", "required": ["filename", "content"],
             "additionalProperties": False,
             "properties": {
                 "filename": {"type": "string", "minLength": 1,
-                             "maxLength": requests.MAX_FILENAME},
+                             "maxLength": parsing.MAX_FILENAME},
                 "content": {"type": "string", "contentEncoding": "base64"},
                 "content_type": {"type": "string"},
             }}},

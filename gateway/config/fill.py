@@ -1,4 +1,4 @@
-"""Applying a preset (gateway/presets.py) to one provider's table of the file.
+"""Applying a preset (gateway/config/presets.py) to one provider's table of the file.
 
 A preset fills in what the file leaves out; what the file says wins, except
 where it would make the gateway unsafe: an idempotency header the provider
@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config_reader import Reader
-from .presets import PRESETS, Preset
+from gateway.config.presets import PRESETS, Preset
+from gateway.config.reader import Reader
 
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-[0-9]{1,2}")
 _DOMAIN = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}"

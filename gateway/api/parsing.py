@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
 
+from gateway.api.problems import Problem
+from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY
 from leases import policy
-
-from .problems import Problem
-from .wire import FENCE_RESOURCE, FENCE_TOKEN, IDEMPOTENCY_KEY
 
 MAX_FENCE = 2**63 - 1
 _KEY = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,254}")
