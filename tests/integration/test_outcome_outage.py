@@ -1,5 +1,5 @@
 """A database outage longer than ``RECORD_RETRY_SECONDS`` while an outcome
-waits to be recorded (gateway/ledger.py, ``OutcomeWriter``).
+waits to be recorded (gateway/outcomes.py, ``OutcomeWriter``).
 
 The caller had its 200; the record of it never lands. It must not be lost
 silently: the gateway logs it and counts it
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from gateway import ledger
+from gateway import outcomes
 from tests.integration.conftest import Gw
 from tests.support.faultproxy import FaultProxy
 
@@ -42,8 +42,8 @@ async def test_an_outcome_given_up_in_an_outage_reads_unknown_and_is_not_sent_ag
     make_gw: Callable[..., Awaitable[Gw]], proxy: FaultProxy,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(ledger, "RECORD_RETRY_SECONDS", 2.0)
-    monkeypatch.setattr(ledger, "RECORD_RETRY_PAUSE_SECONDS", 0.2)
+    monkeypatch.setattr(outcomes, "RECORD_RETRY_SECONDS", 2.0)
+    monkeypatch.setattr(outcomes, "RECORD_RETRY_PAUSE_SECONDS", 0.2)
     gw = await make_gw(proxy.dsn(), database_timeout_seconds=1.0)
     lease = await gw.leases.claim("run:outage", ttl=120)
     assert lease is not None
