@@ -17,7 +17,8 @@ from gateway import console
 from gateway.api import parserlog
 from gateway.api.auth import Authenticator
 from gateway.api.problems import Problem
-from gateway.api.routes import CLIENT, ROUTES, Handler, Route, gw_of
+from gateway.api.request import CLIENT, gw_of
+from gateway.api.routes import ROUTES, Handler, Route
 from gateway.config import Config, SmtpProviderConfig
 from gateway.effects import slots
 from gateway.ledger import Ledger

@@ -14,22 +14,20 @@ from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
 from gateway.api import parsing, schemas
 from gateway.api.auth import check_provider, check_resource
-from gateway.api.bodies import receive
+from gateway.api.leases import body_field, claim_lease, release_lease, renew_lease, show_lease
 from gateway.api.problems import Problem
-from gateway.config import ClientConfig
-from gateway.effects import slots
+from gateway.api.request import client_of, gw_of, read_body, read_json
 from gateway.effects.effect import Effect, run_effect
 from gateway.effects.fingerprint import NestedTooDeep
 from gateway.effects.ratelimit import retry_after_header
 from gateway.providers import Provider
 from gateway.providers.http import forwarded_headers
-from gateway.state import GATEWAY, Gateway
-from leases import InvalidArgument, Unavailable, database, formats, migrate
+from gateway.state import Gateway
+from leases import database, migrate
 from leases import policy as lease_policy
 from leases.observe import exposition
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-CLIENT = web.RequestKey("client", ClientConfig)
 PROXY_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
@@ -56,40 +54,6 @@ class Route:
     @property
     def openapi_path(self) -> str:
         return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", self.path)
-
-
-def gw_of(request: web.Request) -> Gateway:
-    return request.app[GATEWAY]
-
-
-def client_of(request: web.Request) -> ClientConfig:
-    client: ClientConfig = request[CLIENT]
-    return client
-
-
-async def read_body(request: web.Request) -> bytes:
-    """The whole request body (chunked or not), within the size and time
-    limits; then the request takes its slot (gateway/effects/slots.py). A client may
-    be sending at most ``max_requests_in_flight`` bodies at once."""
-    gw = gw_of(request)
-    server = gw.config.server
-    name = client_of(request).name
-    limit = gw.config.max_requests_in_flight
-    if gw.receiving.get(name, 0) >= limit:
-        raise slots.overloaded(limit, "bodies being received for one client")
-    gw.receiving[name] = gw.receiving.get(name, 0) + 1
-    try:
-        body = await receive(request, server.max_body_bytes, server.body_timeout_seconds)
-    finally:
-        gw.receiving[name] -= 1
-        if not gw.receiving[name]:
-            del gw.receiving[name]
-    slots.take(request)
-    return body
-
-
-async def read_json(request: web.Request) -> Any:
-    return parsing.json_value(await read_body(request))
 
 
 def provider_named(gw: Gateway, name: str, kind: Literal["smtp", "http"]) -> Provider:
@@ -163,119 +127,6 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
 
 # ---- leases ----------------------------------------------------------------
 
-def _field(body: Any, name: str, kind: type | tuple[type, ...], required: bool = True) -> Any:
-    if not isinstance(body, dict):
-        raise parsing.bad("body", "must be a JSON object")
-    value = body.get(name)
-    if value is None and not required:
-        return None
-    if value is None or isinstance(value, bool) or not isinstance(value, kind):
-        raise parsing.bad(name, "is required" if value is None else "has the wrong type")
-    return value
-
-
-def _lease_args(request: web.Request, body: Any, *, owner_required: bool,
-                fence: bool, ttl: bool) -> dict[str, Any]:
-    resource = _field(body, "resource", str)
-    out: dict[str, Any] = {"resource": resource}
-    try:
-        lease_policy.check_resource(resource)
-        owner = _field(body, "owner", str, required=owner_required)
-        out["owner"] = _stored_owner(client_of(request), owner) if owner is not None else None
-        if fence:
-            out["fence"] = lease_policy.check_fence(_field(body, "fence", int))
-        if ttl:
-            out["ttl"] = lease_policy.check_ttl(_field(body, "ttl_seconds", (int, float)))
-    except InvalidArgument as exc:
-        raise parsing.bad("body", str(exc)) from None
-    check_resource(client_of(request), resource)
-    return out
-
-
-def _stored_owner(client: ClientConfig, owner: str) -> str:
-    """Owners over HTTP live in their client's namespace: one client cannot
-    renew, release or take over a lease another client claimed, whatever
-    owner string it sends."""
-    lease_policy.check_owner(owner)
-    stored = f"{client.name}/{owner}"
-    if len(stored) > lease_policy.MAX_OWNER_LENGTH:
-        raise InvalidArgument(f"owner must be at most "
-                              f"{lease_policy.MAX_OWNER_LENGTH - len(client.name) - 1} characters")
-    return stored
-
-
-def _shown_owner(client: ClientConfig, stored: str) -> str:
-    """The owner as this client named it (another's is shown whole)."""
-    prefix = f"{client.name}/"
-    return stored.removeprefix(prefix) if stored.startswith(prefix) else stored
-
-
-def _lease_answer(request: web.Request, resource: str, owner: str, fence: int,
-                  expires_at: Any, ttl: float) -> web.Response:
-    return web.json_response({"resource": resource,
-                              "owner": _shown_owner(client_of(request), owner),
-                              "fence": fence, "expires_at": formats.timestamp(expires_at),
-                              "ttl_seconds": ttl})
-
-
-async def claim_lease(request: web.Request) -> web.StreamResponse:
-    gw = gw_of(request)
-    a = _lease_args(request, await read_json(request), owner_required=False,
-                    fence=False, ttl=True)
-    # without an owner, one of its own: two claims never share one by accident
-    owner = a["owner"] or _stored_owner(client_of(request), gw.leases.new_owner())
-    try:
-        lease = await gw.leases.claim(a["resource"], a["ttl"], owner=owner)
-    except Unavailable:
-        if a["owner"] is None:  # granted perhaps, to an owner the caller never learns
-            gw.leases.abandon(a["resource"], owner, a["ttl"])
-        raise
-    if lease is None:
-        raise Problem("lease_held", "another owner holds a live lease on this resource")
-    return _lease_answer(request, lease.resource, lease.owner, lease.fence, lease.expires_at,
-                         a["ttl"])
-
-
-async def renew_lease(request: web.Request) -> web.StreamResponse:
-    gw = gw_of(request)
-    a = _lease_args(request, await read_json(request), owner_required=True,
-                    fence=True, ttl=True)
-    expires = await gw.leases.renew(a["resource"], a["owner"], a["fence"], a["ttl"])
-    if expires is None:
-        raise Problem("lease_lost", "the lease expired, was released, or belongs to another "
-                      "owner or fence")
-    return _lease_answer(request, a["resource"], a["owner"], a["fence"], expires, a["ttl"])
-
-
-async def release_lease(request: web.Request) -> web.StreamResponse:
-    gw = gw_of(request)
-    a = _lease_args(request, await read_json(request), owner_required=True,
-                    fence=True, ttl=False)
-    released = await gw.leases.release(a["resource"], a["owner"], a["fence"])
-    return web.json_response({"released": released})
-
-
-async def show_lease(request: web.Request) -> web.StreamResponse:
-    gw = gw_of(request)
-    resource = request.match_info["resource"]
-    try:
-        lease_policy.check_resource(resource)
-    except InvalidArgument as exc:
-        raise parsing.bad("resource", str(exc)) from None
-    check_resource(client_of(request), resource)
-    info = await gw.leases.show(resource)
-    if info is None:
-        return web.json_response({"resource": resource, "owner": None, "fence": None,
-                                  "expires_at": None, "live": False})
-    return web.json_response({"resource": info.resource,
-                              "owner": _shown_owner(client_of(request), info.owner),
-                              "fence": info.fence,
-                              "expires_at": formats.timestamp(info.expires_at),
-                              "live": info.live})
-
-
-# ---- effects, for operators ------------------------------------------------
-
 def _effect_key(request: web.Request) -> str:
     """The key in the path, decoded; one no Idempotency-Key can be (a NUL,
     which PostgreSQL cannot hold in text, among them) names no effect."""
@@ -299,7 +150,7 @@ async def resolve_effect(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     key = _effect_key(request)
     body = await read_json(request)
-    outcome = _field(body, "outcome", str)
+    outcome = body_field(body, "outcome", str)
     if outcome not in ("sent", "not_sent"):
         raise parsing.bad("outcome", 'must be "sent" or "not_sent"')
     client = client_of(request).name
