@@ -13,6 +13,7 @@ import asyncpg
 
 from leases import LeaseClient, Queue, RetryPolicy, Worker
 from leases.queue import Job
+from tests.support.working import run_worker_until
 
 
 def queue(pool: asyncpg.Pool) -> Queue:
@@ -43,14 +44,7 @@ async def test_a_cancellation_raised_by_the_handler_is_a_failed_attempt(
 
     worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02,
                     backstop_interval=3600)
-    task = asyncio.create_task(worker.run())
-    try:
-        while await pool.fetchval("SELECT state <> 'completed' FROM fencegate_jobs"):
-            assert not task.done(), task
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await task
+    await run_worker_until(worker, pool, "SELECT state <> 'completed' FROM fencegate_jobs")
     row = await pool.fetchrow("SELECT attempts, result_ref, last_error FROM fencegate_jobs")
     assert row is not None
     assert (row["attempts"], row["result_ref"]) == (2, "ok")

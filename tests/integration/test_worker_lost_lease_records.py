@@ -7,7 +7,6 @@ runs it again under a new fence."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import random
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from leases import LeaseClient, Queue, RetryPolicy, Worker, clock, sql
 from leases.queue import Job
+from tests.support.working import run_worker_until
 
 TTL = 1.0
 
@@ -33,21 +33,8 @@ def pause_past_the_deadline(job: Job) -> None:
 async def run_until_settled(pool: asyncpg.Pool, worker: Worker) -> dict[str, Any]:
     """Run ``worker`` until its queue's one job is completed or dead; that
     job's row. Collects what the event loop reports as unhandled."""
-    loop = asyncio.get_running_loop()
-    unhandled: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
-    task = asyncio.create_task(worker.run())
-    try:
-        while await pool.fetchval(
-                "SELECT count(*) FROM fencegate_jobs WHERE state IN ('queued', 'claimed')"):
-            assert not task.done(), task
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await task
-        gc.collect()  # a task whose exception nobody retrieved says so when collected
-        loop.set_exception_handler(previous)
+    unhandled = await run_worker_until(
+        worker, pool, "SELECT count(*) FROM fencegate_jobs WHERE state IN ('queued', 'claimed')")
     assert unhandled == [], unhandled
     row = await pool.fetchrow("SELECT state, attempts, result_ref, last_error "
                               "FROM fencegate_jobs")

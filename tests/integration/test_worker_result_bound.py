@@ -14,6 +14,7 @@ import pytest
 from leases import LeaseClient, Queue, RetryPolicy, Worker
 from leases.queue import Job
 from leases.worker import MAX_RESULT_BYTES, unstorable
+from tests.support.working import run_worker_until
 
 
 async def run_four(pool: asyncpg.Pool, first: str) -> dict[int, asyncpg.Record]:
@@ -34,15 +35,8 @@ async def run_four(pool: asyncpg.Pool, first: str) -> dict[int, asyncpg.Record]:
         return first if job.id == ids[0] else "ok"
 
     worker = Worker(q, handler, concurrency=4, poll_min=0.01, poll_max=0.02)
-    task = asyncio.create_task(worker.run())
-    try:
-        while await pool.fetchval(
-                "SELECT count(*) FROM fencegate_jobs WHERE state IN ('queued', 'claimed')"):
-            assert not task.done(), task
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await task
+    await run_worker_until(
+        worker, pool, "SELECT count(*) FROM fencegate_jobs WHERE state IN ('queued', 'claimed')")
     rows = {r["id"]: r for r in await pool.fetch(
         "SELECT id, state, attempts, octet_length(result_ref) AS size, last_error "
         "FROM fencegate_jobs")}

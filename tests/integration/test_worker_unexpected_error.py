@@ -6,15 +6,12 @@ job."""
 
 from __future__ import annotations
 
-import asyncio
-import gc
-from typing import Any
-
 import asyncpg
 import pytest
 
 from leases import LeaseClient, Queue, Worker
 from leases.queue import Job
+from tests.support.working import run_worker_until
 
 
 class BuggyFail(Queue):
@@ -34,22 +31,10 @@ async def test_an_unforeseen_error_recording_a_run_ends_only_that_run(
             raise ValueError("the handler's own error")
         return "ok"
 
-    loop = asyncio.get_running_loop()
-    unhandled: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
     worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02,
                     backstop_interval=3600)
-    task = asyncio.create_task(worker.run())
-    try:
-        while await pool.fetchval("SELECT state <> 'completed' FROM fencegate_jobs "
-                                  "WHERE id = $1", second):
-            assert not task.done(), task
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await task
-        gc.collect()
-        loop.set_exception_handler(None)
+    unhandled = await run_worker_until(
+        worker, pool, "SELECT state <> 'completed' FROM fencegate_jobs WHERE id = $1", second)
     assert unhandled == []
     over = await pool.fetchval("SELECT expires_at <= clock_timestamp() FROM fencegate_leases "
                                "WHERE resource = $1", f"job:mail:{first}")

@@ -7,16 +7,14 @@ job's task."""
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import random
-from typing import Any
 
 import asyncpg
 import pytest
 
 from leases import LeaseClient, Queue, RetryPolicy, Worker
 from leases.queue import Job
+from tests.support.working import run_worker_until
 
 
 class Unprintable(Exception):
@@ -43,23 +41,12 @@ async def test_an_error_with_an_unstorable_message_is_recorded(
             raise error
         return "ok"
 
-    loop = asyncio.get_running_loop()
-    unhandled: list[dict[str, Any]] = []
-    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
     worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02,
                     backstop_interval=3600)
-    task = asyncio.create_task(worker.run())
-    try:
-        # recovery does not come for an hour: only a recorded failure lets
-        # the job run again now
-        while await pool.fetchval("SELECT state <> 'completed' FROM fencegate_jobs"):
-            assert not task.done(), task
-            await asyncio.sleep(0.02)
-    finally:
-        worker.stop()
-        await task
-        gc.collect()
-        loop.set_exception_handler(None)
+    # recovery does not come for an hour: only a recorded failure lets the
+    # job run again now
+    unhandled = await run_worker_until(
+        worker, pool, "SELECT state <> 'completed' FROM fencegate_jobs")
     assert unhandled == []
     row = await pool.fetchrow("SELECT attempts, last_error FROM fencegate_jobs")
     assert row is not None and row["attempts"] == 2
