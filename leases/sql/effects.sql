@@ -46,32 +46,24 @@ SELECT ord, done
 -- $3: the grace after an attempt's deadline before it may be resolved; $4: the
 -- time more before "not sent" where the whole request may sit at the provider
 SELECT idempotency_key, client, resource, fence, provider,
-       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
-            THEN 'unknown' ELSE state END AS state,
+       fencegate_shown_state(state, deadline) AS state,
        attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
-       CASE WHEN state IN ('in_flight', 'unknown')
-            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $3::float8)
-                                                 - clock_timestamp()))::float8
-       END AS resolvable_in_seconds,
+       fencegate_resolvable_in(state, deadline, $3::float8)
+           AS resolvable_in_seconds,
        -- resolve not_sent: $4 more where the whole request may sit at the provider
-       CASE WHEN state IN ('in_flight', 'unknown')
-            THEN greatest(0, extract(epoch FROM deadline + make_interval(
-                     secs => $3::float8 + CASE WHEN request_whole THEN $4::float8 ELSE 0 END)
-                 - clock_timestamp()))::float8
-       END AS not_sent_in_seconds
+       fencegate_resolvable_in(state, deadline,
+                               $3::float8 + CASE WHEN request_whole THEN $4::float8 ELSE 0 END)
+           AS not_sent_in_seconds
   FROM fencegate_effects
  WHERE client = $1 AND idempotency_key = $2;
 
 -- name: list_effects
 -- $2: a state to filter on, or NULL for all; $4 as $3 of show_effect
 SELECT idempotency_key, client, resource, fence, provider,
-       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
-            THEN 'unknown' ELSE state END AS state,
+       fencegate_shown_state(state, deadline) AS state,
        attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
-       CASE WHEN state IN ('in_flight', 'unknown')
-            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $4::float8)
-                                                 - clock_timestamp()))::float8
-       END AS resolvable_in_seconds
+       fencegate_resolvable_in(state, deadline, $4::float8)
+           AS resolvable_in_seconds
   FROM fencegate_effects
  WHERE ($1::text IS NULL OR client = $1)
    AND ($2::text IS NULL OR state = $2
@@ -180,11 +172,9 @@ SELECT idempotency_key, client, resource, fence, provider, state, attempts, crea
 -- and effects in flight (holding their lease's drain barrier), at most $1;
 -- $2 as $3 of show_effect.
 SELECT idempotency_key, client, resource, fence, provider,
-       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
-            THEN 'unknown' ELSE state END AS state,
+       fencegate_shown_state(state, deadline) AS state,
        attempts, created_at, updated_at, deadline, response_status, summary,
-       greatest(0, extract(epoch FROM deadline + make_interval(secs => $2::float8)
-                                      - clock_timestamp()))::float8 AS resolvable_in_seconds
+       fencegate_resolvable_in(state, deadline, $2::float8) AS resolvable_in_seconds
   FROM fencegate_effects
  WHERE state = 'unknown' OR state = 'in_flight'
  ORDER BY updated_at DESC
@@ -200,14 +190,11 @@ SELECT client FROM fencegate_effects WHERE idempotency_key = $1 ORDER BY client 
 -- what else the ledger keeps (the request's fingerprint, the provider's
 -- answer); $3 as in show_effect.
 SELECT idempotency_key, client, resource, fence, provider,
-       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
-            THEN 'unknown' ELSE state END AS state,
+       fencegate_shown_state(state, deadline) AS state,
        attempts, created_at, updated_at, deadline, retry_until, response_status,
        response_headers, response_body, summary, encode(fingerprint, 'hex') AS fingerprint,
-       CASE WHEN state IN ('in_flight', 'unknown')
-            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $3::float8)
-                                                 - clock_timestamp()))::float8
-       END AS resolvable_in_seconds
+       fencegate_resolvable_in(state, deadline, $3::float8)
+           AS resolvable_in_seconds
   FROM fencegate_effects
  WHERE client = $1 AND idempotency_key = $2;
 
@@ -234,13 +221,10 @@ SELECT resolved_at, client, idempotency_key, resource, fence, provider, outcome,
 -- the newest first, $7 from the $8th; $9 as $3 of show_effect. Bounded by
 -- its LIMIT; a filter that matches little may scan much of the table.
 SELECT idempotency_key, client, resource, fence, provider,
-       CASE WHEN state = 'in_flight' AND deadline <= clock_timestamp()
-            THEN 'unknown' ELSE state END AS state,
+       fencegate_shown_state(state, deadline) AS state,
        attempts, created_at, updated_at, deadline, response_status, summary,
-       CASE WHEN state IN ('in_flight', 'unknown')
-            THEN greatest(0, extract(epoch FROM deadline + make_interval(secs => $9::float8)
-                                                 - clock_timestamp()))::float8
-       END AS resolvable_in_seconds
+       fencegate_resolvable_in(state, deadline, $9::float8)
+           AS resolvable_in_seconds
   FROM fencegate_effects
  WHERE ($1::text IS NULL OR starts_with(idempotency_key, $1))
    AND ($2::text IS NULL OR starts_with(resource, $2))

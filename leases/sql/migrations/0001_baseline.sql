@@ -624,6 +624,27 @@ $$;
 CREATE INDEX fencegate_effects_unknown ON fencegate_effects (updated_at)
     WHERE state = 'unknown';
 
+-- What operators are shown of an effect, in one place (effects.sql's
+-- show, list, search and console statements): an attempt in flight past its
+-- deadline reads `unknown` (its gateway died, or its end was never
+-- recorded); and how long until it may be resolved, `grace` seconds after
+-- its deadline (NULL once it is neither in flight nor unknown).
+CREATE FUNCTION fencegate_shown_state(p_state text, p_deadline timestamptz) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_state = 'in_flight' AND p_deadline <= clock_timestamp()
+                THEN 'unknown' ELSE p_state END
+$$;
+
+CREATE FUNCTION fencegate_resolvable_in(p_state text, p_deadline timestamptz,
+                                        p_grace double precision)
+RETURNS double precision
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_state IN ('in_flight', 'unknown')
+                THEN greatest(0, extract(epoch FROM p_deadline + make_interval(secs => p_grace)
+                                                     - clock_timestamp()))::float8
+           END
+$$;
+
 -- ---- rejections: what the console shows of zombies ---------------------------
 
 -- Every effect refused at the fence check, as the gateway saw it: when, which
