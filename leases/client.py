@@ -35,6 +35,11 @@ KEEPING_POOL_SIZE = 2
 RELEASE_ON_CLOSE_SECONDS = 2.0
 #: a lost lease's block is cancelled again this often until it has exited
 RECANCEL_SECONDS = 0.005
+#: a renewal or release waits this long at most for a row another transaction
+#: holds locked, then tries again on a connection taken anew: one of the few
+#: kept connections is never held for as long as the lock lasts, which would
+#: starve the renewals of the other leases
+LOCK_WAIT_SECONDS = 0.25
 
 
 class _Locked:
@@ -240,8 +245,9 @@ class LeaseClient:
 
     async def _renew_batch(self, items: Sequence[tuple[str, str, int, float, float]],
                            ) -> list[dt.datetime | None | _Locked]:
-        if len(items) == 1:
-            return [await self._renew_alone(items[0])]
+        # one renewal too: a statement that waited for a locked row here would
+        # hold one of the batcher's few places (and the other leases' renewals
+        # behind it) while it waits; a locked row is renewed alone, outside
         rows = await self.fetch_keeping("renew_leases", *(list(c) for c in zip(*items,
                                                                               strict=True)))
         renewed: dict[int, dt.datetime | _Locked] = {
@@ -251,15 +257,38 @@ class LeaseClient:
     async def _renew_alone(self, item: tuple[str, str, int, float, float],
                            ) -> dt.datetime | None:
         """One renewal in a statement of its own, which waits for its row
-        should another transaction hold it locked."""
-        row = await self.fetchrow("renew_lease", *item, keeping=True)
-        return None if row is None else row["expires_at"]  # type: ignore[no-any-return]
+        should another transaction hold it locked: ``LOCK_WAIT_SECONDS`` at a
+        time, each try on a connection taken anew, so that a row locked for
+        long never holds a kept connection (and the other leases' renewals
+        waiting for one) for as long."""
+        while True:
+            try:
+                row = await self.fetchrow("renew_lease", *item, LOCK_WAIT_SECONDS,
+                                          keeping=True)
+            except asyncpg.LockNotAvailableError:
+                await asyncio.sleep(0)  # the connection went back: waiters go first
+                continue
+            expires_at: dt.datetime | None = None if row is None else row["expires_at"]
+            return expires_at
 
     async def _release_batch(self, items: Sequence[tuple[str, str, int]]) -> list[bool]:
-        if len(items) == 1:
-            return [await self.fetchrow("release_lease", *items[0], keeping=True) is not None]
-        rows = await self.fetch_keeping("release_leases",
-                                        *(list(c) for c in zip(*items, strict=True)))
+        """The releases, waiting for locked rows as ``_renew_alone`` does (a
+        batch with a locked row among others: each goes again alone, so that
+        row holds back only its own release)."""
+        try:
+            if len(items) == 1:
+                one = await self.fetchrow("release_lease", *items[0], LOCK_WAIT_SECONDS,
+                                          keeping=True)
+                return [one is not None]
+            rows = await self.fetch_keeping(
+                "release_leases", *(list(c) for c in zip(*items, strict=True)),
+                LOCK_WAIT_SECONDS)
+        except asyncpg.LockNotAvailableError:
+            if len(items) > 1:
+                answers = await asyncio.gather(*(self._release_batch([i]) for i in items))
+                return [answer for [answer] in answers]
+            await asyncio.sleep(0)  # the connection went back: waiters go first
+            return await self._release_batch(items)
         released = {r["ord"] for r in rows}
         return [n + 1 in released for n in range(len(items))]
 
@@ -397,7 +426,7 @@ class LeaseClient:
     async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         give_up = clock.now() + lease.ttl * 2
         if pending:  # release now, and again once the renewal under way has settled
-            with contextlib.suppress(Unavailable, Busy, TimeoutError):
+            with contextlib.suppress(Unavailable, Busy, TimeoutError, asyncpg.PostgresError):
                 await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
             await asyncio.wait(pending, timeout=lease.ttl)
@@ -405,7 +434,9 @@ class LeaseClient:
             try:
                 released = await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
-            except (Unavailable, Busy, TimeoutError):  # Busy: the pool stayed full
+            # Busy: the pool stayed full; a refusal (a statement timeout, a
+            # cancel) changed nothing
+            except (Unavailable, Busy, TimeoutError, asyncpg.PostgresError):
                 await asyncio.sleep(lease.policy.ttl * policy.DEFAULT_RETRY_FRACTION)
                 continue
             if released:
@@ -644,8 +675,9 @@ class Lease:
         keeper, self._keeper = self._keeper, None
         if keeper is not None and not keeper.done():
             keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            # wait() rather than await: the keeper's CancelledError stays in
+            # it, and one of this task (cancelled as the block ends) comes out
+            await asyncio.wait({keeper})
 
     async def __aenter__(self) -> Lease:
         self.check()
@@ -667,10 +699,18 @@ class Lease:
         guarded, self._guarded = self._guarded, None
         lost = self._lost
         if lost is None:
-            await self._stop_keeper()
+            try:
+                await self._stop_keeper()
+            except asyncio.CancelledError:  # the task is cancelled as the block ends
+                if not self._released and self._lost is None:
+                    self._released = True
+                    self.client.release_after_loss(self, set())  # in the background
+                raise
             if not self._released:
-                with contextlib.suppress(Unavailable, Busy):
-                    await self.release()  # best effort: otherwise it lapses at expiry
+                # best effort: otherwise it lapses at expiry (a refusal too:
+                # a statement timeout or a cancel changed nothing)
+                with contextlib.suppress(Unavailable, Busy, asyncpg.PostgresError):
+                    await self.release()
             return False
         # lost: nothing more is awaited here, so nothing more can be cancelled
         if self._alarm is not None:
