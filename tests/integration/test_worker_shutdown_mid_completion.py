@@ -42,7 +42,7 @@ async def test_a_completion_stuck_at_the_end_of_the_grace_period_ends_with_run(
         # the completion's statement waits on the row lock
         while not await pool.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%fencegate_jobs%'"):
+                "AND query LIKE '%complete_jobs%'"):
             await asyncio.sleep(0.02)
         worker.stop()
         await task
