@@ -43,7 +43,8 @@ LOCK_WAIT_SECONDS = 0.25
 
 
 class _Locked:
-    """A renewal of a batch skipped: another transaction held its row locked."""
+    """A renewal of a batch skipped, or a release not made: another
+    transaction held its row (or, for a release, a row of its batch) locked."""
 
 
 LOCKED = _Locked()
@@ -118,8 +119,8 @@ class LeaseClient:
         self._renewals: Batcher[tuple[str, str, int, float, float],
                                 dt.datetime | None | _Locked] = \
             Batcher(self._renew_batch, name="renew")
-        self._releases: Batcher[tuple[str, str, int], bool] = Batcher(self._release_batch,
-                                                                        name="release")
+        self._releases: Batcher[tuple[str, str, int], bool | _Locked] = \
+            Batcher(self._release_batch, name="release")
 
     async def connect(self) -> asyncpg.Pool:
         """Open the pool now (the first call does it otherwise); the pool.
@@ -261,20 +262,32 @@ class LeaseClient:
         time, each try on a connection taken anew, so that a row locked for
         long never holds a kept connection (and the other leases' renewals
         waiting for one) for as long."""
+        give_up = self._lock_wait_ends()
         while True:
             try:
                 row = await self.fetchrow("renew_lease", *item, LOCK_WAIT_SECONDS,
                                           keeping=True)
             except asyncpg.LockNotAvailableError:
+                if clock.now() >= give_up:
+                    raise  # a refusal: nothing changed
                 await asyncio.sleep(0)  # the connection went back: waiters go first
                 continue
             expires_at: dt.datetime | None = None if row is None else row["expires_at"]
             return expires_at
 
-    async def _release_batch(self, items: Sequence[tuple[str, str, int]]) -> list[bool]:
-        """The releases, waiting for locked rows as ``_renew_alone`` does (a
-        batch with a locked row among others: each goes again alone, so that
-        row holds back only its own release)."""
+    def _lock_wait_ends(self) -> float:
+        """When a renewal or release that keeps finding its row locked gives
+        up (a refusal, ``LockNotAvailableError``): after as long as one
+        statement may take (the call's timeout, else the command timeout)."""
+        return clock.now() + (self.timeout if self.timeout is not None
+                              else DEFAULT_COMMAND_TIMEOUT)
+
+    async def _release_batch(self, items: Sequence[tuple[str, str, int]],
+                             ) -> list[bool | _Locked]:
+        """The releases in one statement, which waits for a locked row
+        ``LOCK_WAIT_SECONDS`` at most: then none of them was made, and each
+        answers ``LOCKED`` (``release`` makes it alone, outside the batcher,
+        so that row holds back only its own release)."""
         try:
             if len(items) == 1:
                 one = await self.fetchrow("release_lease", *items[0], LOCK_WAIT_SECONDS,
@@ -284,13 +297,22 @@ class LeaseClient:
                 "release_leases", *(list(c) for c in zip(*items, strict=True)),
                 LOCK_WAIT_SECONDS)
         except asyncpg.LockNotAvailableError:
-            if len(items) > 1:
-                answers = await asyncio.gather(*(self._release_batch([i]) for i in items))
-                return [answer for [answer] in answers]
-            await asyncio.sleep(0)  # the connection went back: waiters go first
-            return await self._release_batch(items)
+            return [LOCKED] * len(items)
         released = {r["ord"] for r in rows}
         return [n + 1 in released for n in range(len(items))]
+
+    async def _release_alone(self, item: tuple[str, str, int]) -> bool:
+        """One release whose row was locked: waits for it as ``_renew_alone``
+        does."""
+        give_up = self._lock_wait_ends()
+        while True:
+            await asyncio.sleep(0)  # the connection went back: waiters go first
+            try:
+                return await self.fetchrow("release_lease", *item, LOCK_WAIT_SECONDS,
+                                           keeping=True) is not None
+            except asyncpg.LockNotAvailableError:
+                if clock.now() >= give_up:
+                    raise  # a refusal: nothing changed
 
     async def execute(self, name: str, *args: Any) -> int:
         """Run a statement; how many rows it touched."""
@@ -373,8 +395,11 @@ class LeaseClient:
         Raises:
             Unavailable: no answer; the release may have happened.
         """
-        return await self._releases((policy.check_resource(resource),
-                                     policy.check_owner(owner), policy.check_fence(fence)))
+        item = (policy.check_resource(resource), policy.check_owner(owner),
+                policy.check_fence(fence))
+        answer = await self._releases(item)
+        # its row (or another of its batch) was locked: made alone, waiting
+        return await self._release_alone(item) if isinstance(answer, _Locked) else answer
 
     def abandon(self, resource: str, owner: str, ttl: float) -> None:
         """End, in the background, whatever lease ``owner`` may hold on

@@ -92,3 +92,29 @@ async def test_two_locked_rows_do_not_starve_the_renewal_of_a_third_lease(
             await _changed(b, b.expires_at)
             assert a.lost is None and b.lost is None
             free.check()
+
+
+async def test_a_locked_row_holds_back_only_its_own_release_in_a_batch(
+    dsn: str, locker: asyncpg.Connection,
+) -> None:
+    """Two releases asked for in one turn go as one statement; one row is
+    locked by an open transaction. The other lease is released while the
+    lock is held; the locked one once it is free."""
+    async with LeaseClient(dsn) as client:
+        a = await client.claim("run:release-a", LOCKED_TTL)
+        b = await client.claim("run:release-b", LOCKED_TTL)
+        assert a is not None and b is not None
+        tx = locker.transaction()
+        await tx.start()
+        try:
+            await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
+                                 " FOR UPDATE", b.resource)
+            releases = [asyncio.ensure_future(client.release(x.resource, x.owner, x.fence))
+                        for x in (a, b)]
+            async with asyncio.timeout(WAIT_SECONDS):
+                assert await releases[0] is True
+            assert not releases[1].done()  # b's row is still locked
+        finally:
+            await tx.rollback()
+        async with asyncio.timeout(WAIT_SECONDS):
+            assert await releases[1] is True
