@@ -16,7 +16,7 @@ import asyncpg
 
 from . import clock, policy
 from .batch import Batcher
-from .db import DEFAULT_POOL_SIZE, Database
+from .db import DEFAULT_COMMAND_TIMEOUT, DEFAULT_POOL_SIZE, Database
 from .errors import Busy, Unavailable
 from .lease import Lease
 from .metrics import LEASE_CLAIMS, LEASE_RENEWALS
@@ -27,10 +27,16 @@ claims_log = logging.getLogger("fencegate.leases.claims")
 
 #: at close, how long releases of lost leases may still take
 RELEASE_ON_CLOSE_SECONDS = 2.0
+#: a renewal or release waits this long at most for a row another transaction
+#: holds locked, then tries again on a connection taken anew: one of the few
+#: kept connections is never held for as long as the lock lasts, which would
+#: starve the renewals of the other leases
+LOCK_WAIT_SECONDS = 0.25
 
 
 class _Locked:
-    """A renewal of a batch skipped: another transaction held its row locked."""
+    """A renewal of a batch skipped, or a release not made: another
+    transaction held its row (or, for a release, a row of its batch) locked."""
 
 
 LOCKED = _Locked()
@@ -92,8 +98,8 @@ class LeaseClient(Database):
         self._renewals: Batcher[tuple[str, str, int, float, float],
                                 dt.datetime | _Locked | None] = \
             Batcher(self._renew_batch, name="renew")
-        self._releases: Batcher[tuple[str, str, int], bool] = Batcher(self._release_batch,
-                                                                        name="release")
+        self._releases: Batcher[tuple[str, str, int], bool | _Locked] = \
+            Batcher(self._release_batch, name="release")
 
 
     async def close(self) -> None:
@@ -132,8 +138,9 @@ class LeaseClient(Database):
 
     async def _renew_batch(self, items: Sequence[tuple[str, str, int, float, float]],
                            ) -> list[dt.datetime | _Locked | None]:
-        if len(items) == 1:
-            return [await self._renew_alone(items[0])]
+        # one renewal too: a statement that waited for a locked row here would
+        # hold one of the batcher's few places (and the other leases' renewals
+        # behind it) while it waits; a locked row is renewed alone, outside
         rows = await self.fetch_keeping("renew_leases", *(list(c) for c in zip(*items,
                                                                               strict=True)))
         renewed: dict[int, dt.datetime | _Locked] = {
@@ -143,18 +150,61 @@ class LeaseClient(Database):
     async def _renew_alone(self, item: tuple[str, str, int, float, float],
                            ) -> dt.datetime | None:
         """One renewal in a statement of its own, which waits for its row
-        should another transaction hold it locked."""
-        row = await self.fetchrow("renew_lease", *item, keeping=True)
-        return None if row is None else row["expires_at"]
+        should another transaction hold it locked: ``LOCK_WAIT_SECONDS`` at a
+        time, each try on a connection taken anew, so that a row locked for
+        long never holds a kept connection (and the other leases' renewals
+        waiting for one) for as long."""
+        give_up = self._lock_wait_ends()
+        while True:
+            try:
+                row = await self.fetchrow("renew_lease", *item, LOCK_WAIT_SECONDS,
+                                          keeping=True)
+            except asyncpg.LockNotAvailableError:
+                if clock.now() >= give_up:
+                    raise  # a refusal: nothing changed
+                await asyncio.sleep(0)  # the connection went back: waiters go first
+                continue
+            expires_at: dt.datetime | None = None if row is None else row["expires_at"]
+            return expires_at
 
-    async def _release_batch(self, items: Sequence[tuple[str, str, int]]) -> list[bool]:
-        if len(items) == 1:
-            return [await self.fetchrow("release_lease", *items[0], keeping=True) is not None]
-        rows = await self.fetch_keeping("release_leases",
-                                        *(list(c) for c in zip(*items, strict=True)))
+    def _lock_wait_ends(self) -> float:
+        """When a renewal or release that keeps finding its row locked gives
+        up (a refusal, ``LockNotAvailableError``): after as long as one
+        statement may take (the call's timeout, else the command timeout)."""
+        return clock.now() + (self.timeout if self.timeout is not None
+                              else DEFAULT_COMMAND_TIMEOUT)
+
+    async def _release_batch(self, items: Sequence[tuple[str, str, int]],
+                             ) -> list[bool | _Locked]:
+        """The releases in one statement, which waits for a locked row
+        ``LOCK_WAIT_SECONDS`` at most: then none of them was made, and each
+        answers ``LOCKED`` (``release`` makes it alone, outside the batcher,
+        so that row holds back only its own release)."""
+        try:
+            if len(items) == 1:
+                one = await self.fetchrow("release_lease", *items[0], LOCK_WAIT_SECONDS,
+                                          keeping=True)
+                return [one is not None]
+            rows = await self.fetch_keeping(
+                "release_leases", *(list(c) for c in zip(*items, strict=True)),
+                LOCK_WAIT_SECONDS)
+        except asyncpg.LockNotAvailableError:
+            return [LOCKED] * len(items)
         released = {r["ord"] for r in rows}
         return [n + 1 in released for n in range(len(items))]
 
+    async def _release_alone(self, item: tuple[str, str, int]) -> bool:
+        """One release whose row was locked: waits for it as ``_renew_alone``
+        does."""
+        give_up = self._lock_wait_ends()
+        while True:
+            await asyncio.sleep(0)  # the connection went back: waiters go first
+            try:
+                return await self.fetchrow("release_lease", *item, LOCK_WAIT_SECONDS,
+                                           keeping=True) is not None
+            except asyncpg.LockNotAvailableError:
+                if clock.now() >= give_up:
+                    raise  # a refusal: nothing changed
 
     async def claim(
         self,
@@ -231,8 +281,11 @@ class LeaseClient(Database):
         Raises:
             Unavailable: no answer; the release may have happened.
         """
-        return await self._releases((policy.check_resource(resource),
-                                     policy.check_owner(owner), policy.check_fence(fence)))
+        item = (policy.check_resource(resource), policy.check_owner(owner),
+                policy.check_fence(fence))
+        answer = await self._releases(item)
+        # its row (or another of its batch) was locked: made alone, waiting
+        return await self._release_alone(item) if isinstance(answer, _Locked) else answer
 
     def abandon(self, resource: str, owner: str, ttl: float) -> None:
         """End, in the background, whatever lease ``owner`` may hold on
@@ -284,7 +337,7 @@ class LeaseClient(Database):
     async def _release_lost(self, lease: Lease, pending: set[asyncio.Task[Any]]) -> None:
         give_up = clock.now() + lease.ttl * 2
         if pending:  # release now, and again once the renewal under way has settled
-            with contextlib.suppress(Unavailable, Busy, TimeoutError):
+            with contextlib.suppress(Unavailable, Busy, TimeoutError, asyncpg.PostgresError):
                 await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
             await asyncio.wait(pending, timeout=lease.ttl)
@@ -292,7 +345,9 @@ class LeaseClient(Database):
             try:
                 released = await asyncio.wait_for(
                     self.release(lease.resource, lease.owner, lease.fence), lease.ttl)
-            except (Unavailable, Busy, TimeoutError):  # Busy: the pool stayed full
+            # Busy: the pool stayed full; a refusal (a statement timeout, a
+            # cancel) changed nothing
+            except (Unavailable, Busy, TimeoutError, asyncpg.PostgresError):
                 await asyncio.sleep(lease.policy.ttl * policy.DEFAULT_RETRY_FRACTION)
                 continue
             if released:

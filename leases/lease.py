@@ -241,8 +241,9 @@ class Lease:
         keeper, self._keeper = self._keeper, None
         if keeper is not None and not keeper.done():
             keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            # wait() rather than await: the keeper's CancelledError stays in
+            # it, and one of this task (cancelled as the block ends) comes out
+            await asyncio.wait({keeper})
 
     async def __aenter__(self) -> Lease:
         self.check()
@@ -264,10 +265,18 @@ class Lease:
         guarded, self._guarded = self._guarded, None
         lost = self._lost
         if lost is None:
-            await self._stop_keeper()
+            try:
+                await self._stop_keeper()
+            except asyncio.CancelledError:  # the task is cancelled as the block ends
+                if not self._released and self._lost is None:
+                    self._released = True
+                    self.client.release_after_loss(self, set())  # in the background
+                raise
             if not self._released:
-                with contextlib.suppress(Unavailable, Busy):
-                    await self.release()  # best effort: otherwise it lapses at expiry
+                # best effort: otherwise it lapses at expiry (a refusal too:
+                # a statement timeout or a cancel changed nothing)
+                with contextlib.suppress(Unavailable, Busy, asyncpg.PostgresError):
+                    await self.release()
             return False
         # lost: nothing more is awaited here, so nothing more can be cancelled
         if self._alarm is not None:

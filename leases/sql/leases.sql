@@ -12,13 +12,17 @@ SELECT resource, owner, fence, expires_at
   FROM fencegate_claim_lease_unless_abandoned($1, $2, $3::float8, true);
 
 -- name: renew_lease
--- ($1 resource, $2 owner, $3 fence, $4 ttl, $5 margin): see fencegate_renew_lease
+-- ($1 resource, $2 owner, $3 fence, $4 ttl, $5 margin): see fencegate_renew_lease;
+-- waiting for a locked row at most $6 seconds (then refused: lock_not_available,
+-- see fencegate_renew_lease_waiting)
 SELECT resource, owner, fence, expires_at
-  FROM fencegate_renew_lease($1, $2, $3, $4::float8, $5::float8);
+  FROM fencegate_renew_lease_waiting($1, $2, $3, $4::float8, $5::float8, $6::float8);
 
 -- name: release_lease
 -- Ends the lease at once; the fence stays, so the next claim issues a higher one.
-SELECT fence FROM fencegate_release_lease($1, $2, $3);
+-- Waits for a locked row at most $4 seconds (then refused: lock_not_available).
+SELECT fence FROM fencegate_release_leases_waiting(ARRAY[$1::text], ARRAY[$2::text],
+                                                   ARRAY[$3::bigint], $4::float8);
 
 -- name: claim_leases
 -- claim_lease for a batch ($1 resources, $2 owners, $3 ttls): the rows that won
@@ -33,7 +37,9 @@ SELECT ord, expires_at, locked
                               $5::float8[]);
 
 -- name: release_leases
-SELECT ord, fence FROM fencegate_release_leases($1::text[], $2::text[], $3::bigint[]);
+-- release_lease for a batch; waits for each locked row at most $4 seconds
+SELECT ord, fence FROM fencegate_release_leases_waiting($1::text[], $2::text[], $3::bigint[],
+                                                        $4::float8);
 
 -- name: abandon_claim
 -- Ends the lease of an owner made up for one claim whose answer was lost

@@ -196,6 +196,38 @@ BEGIN
 END
 $$;
 
+-- A renewal and a release that wait for their row at most p_lock_wait
+-- seconds (lock_timeout, set for this statement's own transaction only):
+-- past it the statement is refused with lock_not_available (55P03) and has
+-- changed nothing. The lease client keeps only a few connections for
+-- renewals and releases; one held for as long as another transaction keeps
+-- a row locked (an operator's open transaction) would starve the renewals of
+-- every other lease of the process. It tries again on a connection taken
+-- anew, so other renewals get their turn in between.
+CREATE FUNCTION fencegate_renew_lease_waiting(
+    p_resource text, p_owner text, p_fence bigint, p_ttl double precision,
+    p_margin double precision, p_lock_wait double precision
+) RETURNS SETOF fencegate_leases
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('lock_timeout',
+                       greatest(1, ceil(p_lock_wait * 1000))::bigint || 'ms', true);
+    RETURN QUERY SELECT * FROM fencegate_renew_lease(p_resource, p_owner, p_fence, p_ttl,
+                                                     p_margin);
+END
+$$;
+
+CREATE FUNCTION fencegate_release_leases_waiting(
+    p_resource text[], p_owner text[], p_fence bigint[], p_lock_wait double precision
+) RETURNS TABLE (ord integer, fence bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('lock_timeout',
+                       greatest(1, ceil(p_lock_wait * 1000))::bigint || 'ms', true);
+    RETURN QUERY SELECT * FROM fencegate_release_leases(p_resource, p_owner, p_fence);
+END
+$$;
+
 -- Abandon the claim of p_owner on p_resource: remember the owner, and end its
 -- lease if it holds one; the fence it ended, or NULL. A resource without a
 -- lease row is left without one (it was never granted).

@@ -59,7 +59,7 @@ async def _renewal_waiting_on_lock(admin: asyncpg.Connection) -> int:
         while True:
             pid = await admin.fetchval(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%FROM fencegate_renew_lease(%' AND pid <> pg_backend_pid()"
+                " AND query LIKE '%fencegate_renew_lease%' AND pid <> pg_backend_pid()"
                 " LIMIT 1")
             if pid is not None:
                 return int(pid)
