@@ -89,8 +89,8 @@ class StoredAnswer:
 _REFUSED_IN_PASSING = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError,
                        asyncpg.QueryCanceledError, asyncpg.LockNotAvailableError)
 
-#: one admission, as the batch statement takes it
-_AdmitArgs = tuple[str, str, bytes, str, int, str, int, float, float]
+#: one admission, as the batch statement takes it (the request's summary last)
+_AdmitArgs = tuple[str, str, bytes, str, int, str, int, float, float, str | None]
 
 
 def _admission(row: asyncpg.Record) -> Admission:
@@ -120,15 +120,18 @@ class Ledger:
 
     async def admit(self, client: str, key: str, fingerprint: bytes, resource: str,
                     fence: int, provider: str, attempt: int, deadline_seconds: float,
-                    retry_window_seconds: float) -> Admission:
+                    retry_window_seconds: float, *,
+                    request_summary: str | None = None) -> Admission:
         """Check the fence and reserve the key for attempt ``attempt``; it may
         reach the provider for ``deadline_seconds`` from the database's now.
+        ``request_summary`` (JSON text, effects/summary.py) is stored with the
+        effect when this admission inserts it, never on a later attempt.
 
         If this raises (``Unavailable``, or the caller was cancelled), the
         statement may still have committed: the attempt is freed by its nonce
         in the background."""
         args: _AdmitArgs = (client, key, fingerprint, resource, fence, provider, attempt,
-                            deadline_seconds, retry_window_seconds)
+                            deadline_seconds, retry_window_seconds, request_summary)
         try:
             admission: Admission | None
             try:
@@ -140,7 +143,8 @@ class Ledger:
                 # while it waits, and its own refusal is its own answer.
                 admission = None
             if admission is None or admission.verdict == "busy":  # alone, waiting
-                row = await self.db.fetchrow("admit_effect", *args, RESEND_MARGIN_SECONDS)
+                row = await self.db.fetchrow("admit_effect", *args[:-1],
+                                             RESEND_MARGIN_SECONDS, args[-1])
                 assert row is not None
                 admission = _admission(row)
         except (Unavailable, asyncio.CancelledError):
@@ -153,12 +157,13 @@ class Ledger:
 
     async def _admit_batch(self, items: Sequence[_AdmitArgs]) -> list[Admission]:
         if len(items) == 1:
-            row = await self.db.fetchrow("admit_effect", *items[0], RESEND_MARGIN_SECONDS)
+            row = await self.db.fetchrow("admit_effect", *items[0][:-1],
+                                         RESEND_MARGIN_SECONDS, items[0][-1])
             assert row is not None
             return [_admission(row)]
-        rows = await self.db.fetch("admit_effects",
-                                   *(list(c) for c in zip(*items, strict=True)),
-                                   RESEND_MARGIN_SECONDS)
+        columns = [list(c) for c in zip(*items, strict=True)]
+        rows = await self.db.fetch("admit_effects", *columns[:-1], RESEND_MARGIN_SECONDS,
+                                   columns[-1])
         by_ord = {r["ord"]: _admission(r) for r in rows}
         return [by_ord[n + 1] for n in range(len(items))]
 
@@ -343,4 +348,6 @@ def effect_view(row: asyncpg.Record) -> dict[str, Any]:
         out[k] = formats.timestamp(v) if isinstance(v, dt.datetime) else v
     out["provider_response"] = {"status": out.pop("response_status"),
                                 "summary": out.pop("summary")}
+    if isinstance(out.get("request_summary"), str):  # jsonb arrives as its text
+        out["request_summary"] = json.loads(out["request_summary"])
     return out

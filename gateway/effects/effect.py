@@ -27,7 +27,7 @@ from aiohttp import web
 
 from gateway.api.parsing import EffectHeaders, EmailRequest
 from gateway.api.problems import PROBLEM_MEMBERS, Problem
-from gateway.effects import fingerprint, resend
+from gateway.effects import fingerprint, resend, summary
 from gateway.effects.attempt import send_once
 from gateway.effects.deadline import Deadline
 from gateway.effects.pace import PACE_WAIT_SECONDS
@@ -76,12 +76,15 @@ _RECORDED: dict[str, tuple[FinalState, EffectOutcome]] = {
 @dataclass(frozen=True)
 class Effect:
     """One effect request, checked and ready for admission: the provider, the
-    call it would make, and the request's fingerprint (what a repeat of the
-    key must match)."""
+    call it would make, the request's fingerprint (what a repeat of the key
+    must match), and the request in brief, as JSON text (effects/summary.py:
+    what the ledger keeps of it for operators, stored when the key is first
+    admitted)."""
 
     provider: Provider
     call: ProviderCall
     fingerprint: bytes
+    request_summary: str | None = None
 
     @property
     def retry_window_seconds(self) -> float:
@@ -103,7 +106,8 @@ class Effect:
         target = f"{path}?{query}" if query else path
         return cls(provider, call, fingerprint.fingerprint(
             provider.config.name, method, target,
-            fingerprint.canonical_body(body, content_type)))
+            fingerprint.canonical_body(body, content_type)),
+            _json(summary.http_summary(call, content_type)))
 
     @classmethod
     def email(cls, client: str, headers: EffectHeaders, provider: Provider,
@@ -122,7 +126,12 @@ class Effect:
         # different request (422), not this one.
         return cls(provider, call, fingerprint.fingerprint(
             provider.config.name, "POST", "/v1/email",
-            fingerprint.canonical_body(raw_body, "application/json")))
+            fingerprint.canonical_body(raw_body, "application/json")),
+            _json(summary.email_summary(call)))
+
+
+def _json(value: dict[str, object]) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _refuse(effect: Effect, admission: Admission, verdict: Refusal) -> NoReturn:
@@ -202,6 +211,7 @@ async def run_effect(gw: Gateway, effect: Effect) -> web.Response:
     admission = await gw.ledger.admit(
         call.client, call.key, effect.fingerprint, call.resource, call.fence, cfg.name,
         attempt, budget + gw.config.server.barrier_grace_seconds, effect.retry_window_seconds,
+        request_summary=effect.request_summary,
     )
     verdict = admission.verdict
     if verdict != "admitted":

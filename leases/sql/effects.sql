@@ -6,11 +6,12 @@
 -- name: admit_effect
 -- ($1 client, $2 key, $3 fingerprint, $4 resource, $5 fence, $6 provider,
 --  $7 attempt nonce, $8 deadline seconds, $9 retry window seconds,
---  $10 resend margin seconds)
+--  $10 resend margin seconds, $11 the request in brief: stored only when the
+--  key is first admitted)
 SELECT verdict, current_fence, effect_id, retry_after,
        response_status, response_headers, response_body
   FROM fencegate_admit_effect($1, $2, $3, $4, $5, $6, $7::bigint, $8::float8, $9::float8,
-                              $10::float8);
+                              $10::float8, $11::jsonb);
 
 -- name: finish_effect
 -- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 state, $6 status,
@@ -26,14 +27,15 @@ SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $
 SELECT fencegate_extend_effect($1, $2, $3::bigint, $4, $5::bigint, $6::float8, $7::float8);
 
 -- name: admit_effects
--- admit_effect for a batch, one array per argument ($10: the resend margin);
+-- admit_effect for a batch, one array per argument ($10: the resend margin,
+-- one for all; $11: the requests in brief);
 -- one row per entry, by its position (ord); 'busy' for an entry whose lease
 -- row another transaction holds (send it alone)
 SELECT ord, verdict, current_fence, effect_id, retry_after,
        response_status, response_headers, response_body
   FROM fencegate_admit_effects($1::text[], $2::text[], $3::bytea[], $4::text[],
                                $5::bigint[], $6::text[], $7::bigint[], $8::float8[],
-                               $9::float8[], $10::float8);
+                               $9::float8[], $10::float8, $11::jsonb[]);
 
 -- name: finish_effects
 -- finish_effect for a batch: (ord, done), 'busy' as above (retry it)
@@ -48,6 +50,7 @@ SELECT ord, done
 SELECT idempotency_key, client, resource, fence, provider,
        fencegate_shown_state(state, deadline) AS state,
        attempts, created_at, updated_at, deadline, retry_until, response_status, summary,
+       request_summary,
        fencegate_resolvable_in(state, deadline, $3::float8)
            AS resolvable_in_seconds,
        -- resolve not_sent: $4 more where the whole request may sit at the provider
@@ -187,12 +190,13 @@ SELECT client FROM fencegate_effects WHERE idempotency_key = $1 ORDER BY client 
 
 -- name: effect_detail
 -- One effect as the console's effect page shows it: show_effect's columns and
--- what else the ledger keeps (the request's fingerprint, the provider's
--- answer); $3 as in show_effect.
+-- what else the ledger keeps (the request's fingerprint and its summary, the
+-- provider's answer); $3 as in show_effect.
 SELECT idempotency_key, client, resource, fence, provider,
        fencegate_shown_state(state, deadline) AS state,
        attempts, created_at, updated_at, deadline, retry_until, response_status,
        response_headers, response_body, summary, encode(fingerprint, 'hex') AS fingerprint,
+       request_summary,
        fencegate_resolvable_in(state, deadline, $3::float8)
            AS resolvable_in_seconds
   FROM fencegate_effects

@@ -280,6 +280,14 @@ CREATE TABLE fencegate_effects (
     -- "not sent" safe as soon as the attempt is over. A whole request may sit
     -- unread in the provider host's receive queue, where no reset recalls it.
     request_whole    boolean     NOT NULL DEFAULT true,
+    -- the request as sent, in brief, for an operator who must check with the
+    -- provider (gateway/effects/summary.py): addresses, subject, attachment
+    -- names and sizes, or method, path and header names; never a body or a
+    -- header's value, every caller's string through leases.redact. Bounded by
+    -- its builder (20 entries a list, 200 characters a string). Written by
+    -- the admission that inserts the row only; NULL for a row admitted
+    -- without one.
+    request_summary  jsonb,
     UNIQUE (client, idempotency_key),
     CONSTRAINT finished_has_response
         CHECK (state NOT IN ('succeeded', 'failed') OR response_status IS NOT NULL)
@@ -313,11 +321,13 @@ CREATE TABLE fencegate_abandoned_attempts (
 -- first sees it (0: it dedupes nothing). A resend is admitted only while the
 -- whole attempt, deadline and p_resend_margin_seconds included, still ends
 -- inside the window counted from the first admission.
+-- p_request_summary: the request in brief, stored only when this call
+-- inserts the effect (a repeat of the key keeps the first one's).
 CREATE FUNCTION fencegate_admit_effect(
     p_client text, p_key text, p_fingerprint bytea, p_resource text,
     p_fence bigint, p_provider text, p_attempt bigint,
     p_deadline_seconds double precision, p_retry_window_seconds double precision,
-    p_resend_margin_seconds double precision
+    p_resend_margin_seconds double precision, p_request_summary jsonb DEFAULT NULL
 ) RETURNS TABLE (
     verdict text, current_fence bigint, effect_id bigint, retry_after double precision,
     response_status integer, response_headers jsonb, response_body bytea
@@ -361,12 +371,13 @@ BEGIN
     LOOP
         INSERT INTO fencegate_effects AS fx (client, idempotency_key, fingerprint, resource,
                                              fence, provider, state, deadline, retry_until,
-                                             attempt, created_at, updated_at)
+                                             attempt, created_at, updated_at,
+                                             request_summary)
         VALUES (p_client, p_key, p_fingerprint, p_resource, p_fence, p_provider,
                 'in_flight', deadline_,
                 CASE WHEN p_retry_window_seconds > 0
                      THEN now_ + make_interval(secs => p_retry_window_seconds) END,
-                p_attempt, now_, now_)
+                p_attempt, now_, now_, p_request_summary)
         ON CONFLICT (client, idempotency_key) DO NOTHING
         RETURNING * INTO e;
         IF FOUND THEN
@@ -593,7 +604,7 @@ CREATE FUNCTION fencegate_admit_effects(
     p_client text[], p_key text[], p_fingerprint bytea[], p_resource text[],
     p_fence bigint[], p_provider text[], p_attempt bigint[],
     p_deadline_seconds double precision[], p_retry_window_seconds double precision[],
-    p_resend_margin_seconds double precision
+    p_resend_margin_seconds double precision, p_request_summary jsonb[] DEFAULT NULL
 ) RETURNS TABLE (
     ord integer, verdict text, current_fence bigint, effect_id bigint,
     retry_after double precision, response_status integer, response_headers jsonb,
@@ -618,7 +629,8 @@ BEGIN
                        FROM fencegate_admit_effect(
                            p_client[i], p_key[i], p_fingerprint[i], p_resource[i],
                            p_fence[i], p_provider[i], p_attempt[i], p_deadline_seconds[i],
-                           p_retry_window_seconds[i], p_resend_margin_seconds) AS a;
+                           p_retry_window_seconds[i], p_resend_margin_seconds,
+                           p_request_summary[i]) AS a;
     END LOOP;
 END
 $$;

@@ -49,7 +49,7 @@ async def _warm(gw: Gw, lease: Lease) -> None:
     try:
         for conn in held:  # a resource with no lease: verdict no_lease, nothing written
             await conn.fetchrow(sql.query("admit_effect"), "warm", "warm", b"", "warm:none",
-                                1, "hook", 1, 1.0, 0.0, 0.0)
+                                1, "hook", 1, 1.0, 0.0, 0.0, None)
     finally:
         for conn in held:
             await pool.release(conn)

@@ -1,0 +1,93 @@
+"""The request as sent, in brief: what the ledger keeps of an effect's request
+(``fencegate_effects.request_summary``) so that an operator resolving an
+unknown effect can check with the provider first (the console's effect page,
+``fencegate effects show``, ``GET /v1/effects/{key}``).
+
+Pure: built once per effect, from the call the gateway checked, before the
+admission that stores it.
+
+What is kept, and what is not:
+
+- email: from, to, cc, bcc, reply-to, subject, the caller's own header names
+  (not their values), each attachment's name, type and size, and the sizes of
+  the text, the HTML and the whole message; never a body.
+- HTTP: method, the path with its query (a query value under a secret-looking
+  name blanked, the rest through ``leases.redact``), the forwarded header
+  names (never their values), the body's size and content type; never a body.
+
+Every string a caller wrote passes through ``leases.redact`` before it is cut.
+Bounded, so a row stays small whatever the request: a list keeps its first
+``MAX_ITEMS`` entries (with how many were left off, under ``<name>_omitted``),
+a string its first ``MAX_CHARS`` characters (cut after it is redacted, so a
+cut never splits a secret out of its pattern's reach).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import unquote
+
+from gateway.providers import EmailCall, HttpCall
+from gateway.providers.http import forwarded_headers
+from leases.redact import MASK, redact, secret_name
+
+#: entries kept of each list (recipients, attachments, header names)
+MAX_ITEMS = 20
+#: characters kept of each string (after redaction)
+MAX_CHARS = 200
+
+
+def text(value: str) -> str:
+    """A caller's string, redacted, then cut to ``MAX_CHARS``."""
+    cleaned: str = redact(value)
+    return cleaned if len(cleaned) <= MAX_CHARS else cleaned[:MAX_CHARS - 1] + "…"
+
+
+def _bounded(out: dict[str, Any], name: str, items: Iterable[Any]) -> None:
+    """``items`` under ``name``, at most ``MAX_ITEMS`` of them; how many more
+    under ``<name>_omitted``."""
+    kept = list(items)
+    out[name] = kept[:MAX_ITEMS]
+    if len(kept) > MAX_ITEMS:
+        out[f"{name}_omitted"] = len(kept) - MAX_ITEMS
+
+
+def target(path: str, query: str) -> str:
+    """The path and query as the operator reads them: each query parameter
+    whose (decoded) name is secret-looking has its value blanked (``api%5Fkey``
+    as ``api_key``), then the whole through ``leases.redact``."""
+    if not query:
+        return text(path)
+    params = []
+    for pair in query.split("&"):
+        name, eq, _ = pair.partition("=")
+        params.append(f"{name}={MASK}" if eq and secret_name(unquote(name)) else pair)
+    return text(f"{path}?{'&'.join(params)}")
+
+
+def email_summary(call: EmailCall) -> dict[str, Any]:
+    email = call.email
+    out: dict[str, Any] = {"kind": "email", "from": text(email.sender)}
+    for name, addresses in (("to", email.to), ("cc", email.cc), ("bcc", email.bcc)):
+        _bounded(out, name, (text(a) for a in addresses))
+    if email.reply_to:
+        out["reply_to"] = text(email.reply_to)
+    out["subject"] = text(email.subject)
+    _bounded(out, "headers", (text(h) for h in email.headers))
+    _bounded(out, "attachments", ({"name": text(a.filename),
+                                   "content_type": text(a.content_type),
+                                   "bytes": len(a.content)} for a in email.attachments))
+    out["text_bytes"] = None if email.text is None else len(email.text.encode())
+    out["html_bytes"] = None if email.html is None else len(email.html.encode())
+    out["message_bytes"] = len(call.message) if call.message else None
+    return out
+
+
+def http_summary(call: HttpCall, content_type: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": "http", "method": call.method,
+                           "path": target(call.path, call.query)}
+    _bounded(out, "headers", (text(h) for h in forwarded_headers(call.headers)))
+    out["body_bytes"] = len(call.body)
+    out["content_type"] = text(content_type) if call.body and content_type else None
+    return out
