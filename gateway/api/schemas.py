@@ -113,6 +113,17 @@ EFFECT: dict[str, Any] = {
         "resolvable_in_seconds": field(
             {"type": ["number", "null"]},
             "in_flight or unknown: seconds until resolve is accepted", 0),
+        "request_summary": field(
+            {"type": ["object", "null"]},
+            "The request as sent, in brief (kept so an operator can check with the "
+            "provider): for an email, from, to, cc, bcc, subject, its own header names, "
+            "attachment names and sizes and the body's sizes; for an HTTP call, method, "
+            "path (secrets in the query blanked), the forwarded header names, the body's "
+            "size and content type. Never a body or a header's value; lists are cut at 20 "
+            "entries (`<name>_omitted` says how many more), strings at 200 characters.",
+            {"kind": "http", "method": "POST", "path": "contacts?api_key=***",
+             "headers": ["Content-Type"], "body_bytes": 42,
+             "content_type": "application/json"}),
         "provider_response": field(
             {"type": "object", "properties": {
                 "status": field({"type": ["integer", "null"]}, "The provider's status "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from gateway.effects import fingerprint
 from gateway.ledger import RESOLVE_GRACE_SECONDS
 from gateway.wire import FENCE_REFUSALS
 from leases import Database
@@ -195,6 +196,9 @@ async def effect(db: Database, client: str, key: str) -> dict[str, Any]:
         r["summary"] = redact(r["summary"])
     resource = e["resource"] if e else resolutions[0]["resource"] if resolutions else None
     if e is not None:
+        brief = _decoded(e.pop("request_summary"))
+        e["request_kind"] = brief.get("kind") if isinstance(brief, dict) else None
+        e["request"] = request_rows(brief, client, key)
         e["summary"] = redact(e["summary"])
         e["response_headers"] = redact(_decoded(e["response_headers"]))
         body = e["response_body"]
@@ -204,6 +208,46 @@ async def effect(db: Database, client: str, key: str) -> dict[str, Any]:
             "resource": resource, "lease": dict(lease) if lease else None,
             "rejections": _rows(await db.fetch("resource_rejections", resource, ROWS))
             if resource else []}
+
+
+def request_rows(summary: Any, client: str, key: str) -> list[tuple[str, str]]:
+    """The request as sent (effects/summary.py), as the effect page's rows:
+    (what, value) pairs; none for an effect admitted without a summary. The
+    summary was redacted when it was built; its strings are redacted again
+    here, as everything a caller wrote is on the way to the page."""
+    if not isinstance(summary, dict):
+        return []
+    s = redact(summary)
+
+    def listed(name: str) -> str:
+        items = [str(i) for i in s.get(name) or []]
+        more = s.get(f"{name}_omitted")
+        return ", ".join(items) + (f" and {more} more" if more else "") if items else ""
+
+    def size(name: str) -> str:
+        return _bytes(s.get(name))
+
+    if s.get("kind") == "email":
+        files = [f"{a.get('name')} ({a.get('content_type')}, {_bytes(a.get('bytes'))})"
+                 for a in s.get("attachments") or [] if isinstance(a, dict)]
+        more = s.get("attachments_omitted")
+        rows = [("from", s.get("from") or ""), ("to", listed("to")), ("cc", listed("cc")),
+                ("bcc", listed("bcc")), ("reply-to", s.get("reply_to") or ""),
+                ("subject", s.get("subject") or ""),
+                ("Message-ID", fingerprint.message_id(client, key)),
+                ("its own headers (names)", listed("headers")),
+                ("attachments", ", ".join(files) + (f" and {more} more" if more else "")),
+                ("text", size("text_bytes")), ("HTML", size("html_bytes")),
+                ("whole message", size("message_bytes"))]
+    else:
+        rows = [("method, path", f"{s.get('method', '')} {s.get('path', '')}"),
+                ("forwarded headers (names)", listed("headers")),
+                ("body", size("body_bytes")), ("content type", s.get("content_type") or "")]
+    return [(what, value) for what, value in rows if value]
+
+
+def _bytes(n: Any) -> str:
+    return f"{n:,} bytes" if isinstance(n, int) else ""
 
 
 def _decoded(value: Any) -> Any:

@@ -57,7 +57,7 @@ async def test_an_effect_has_a_page_with_what_the_ledger_keeps(console: Console)
     status, html, _ = await console.page("/console/effect?client=agents&key=quote-7")
     assert status == 200
     for shown in ("quote-7", "run:u", "mail", "timed out during DATA", "zombie-key-1",
-                  "stale_fence", 'id="lease"', 'id="attempts"', "not kept"):
+                  "stale_fence", 'id="lease"', 'id="attempts"', "kept no summary"):
         assert shown in html, shown
     form = html[html.index('action="/console/effects/resolve"'):]
     assert re.search(r'<input type="checkbox" name="confirm" value="yes" required', form)
