@@ -6,6 +6,7 @@ import asyncio
 
 from leases import LeaseClient
 from tests.integration.conftest import OTHER_KEY, PROVIDER_TIMEOUT, Gw
+from tests.support.waiting import until
 
 
 async def test_an_email_is_sent_once_with_a_stable_message_id(gw: Gw) -> None:
@@ -182,7 +183,9 @@ async def test_an_smtp_timeout_leaves_the_outcome_unknown_until_resolved(gw: Gw)
     status, _, body = await gw.post("/v1/effects/k-timeout/resolve", h,
                                     json={"outcome": "not_sent"})
     assert status == 200
-    await asyncio.sleep(PROVIDER_TIMEOUT)  # let the sink's late acceptance land
+    # the first attempt's message is at the sink (recorded when its DATA
+    # ended; the attempt's reset cancelled the late answer)
+    await until(lambda: len(gw.smtp.deliveries) >= 1, "the first attempt at the sink")
     sent_late = len(gw.smtp.deliveries)
     status, _, _ = await gw.email(lease, "k-timeout")
     assert status == 200

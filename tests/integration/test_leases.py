@@ -83,13 +83,16 @@ async def test_fences_stay_above_the_clock_floor_after_a_restore(pool: asyncpg.P
 async def test_show_tells_live_from_dead(pool: asyncpg.Pool) -> None:
     a = LeaseClient(pool=pool, owner="a")
     assert await a.show("run:none") is None
-    lease = await a.claim("run:1", ttl=0.2)
+    # live: a ttl no machine outlasts between the claim and the show
+    lease = await a.claim("run:1", ttl=30)
     assert lease is not None
     info = await a.show("run:1")
     assert info is not None and info.live and info.owner == "a"
-    await asyncio.sleep(0.3)
-    info = await a.show("run:1")
-    assert info is not None and not info.live
+    short = await a.claim("run:2", ttl=0.2)
+    assert short is not None
+    await asyncio.sleep(0.3)  # past its ttl: a slow machine only adds to it
+    info = await a.show("run:2")
+    assert info is not None and not info.live and info.owner == "a"
 
 
 async def test_bad_arguments_are_refused_before_the_database(pool: asyncpg.Pool) -> None:

@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from leases import LeaseClient, LeaseLost
 from tests.support.faultproxy import FaultProxy
+from tests.support.waiting import until
 
 TTL = 1.5
 SLACK = 0.25  # event-loop scheduling on a shared 2-core machine
@@ -41,7 +42,7 @@ async def test_a_takeover_cancels_the_guarded_block_within_one_renewal(
     assert lease is not None
     log: list[str] = []
     block = asyncio.create_task(_guarded_until_cancelled(lease, log))
-    await asyncio.sleep(0.2)
+    await until(lambda: "worked" in log, "the guarded block at work")
     # the lease dies server-side (as if a renewal had been lost) and b takes over
     await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp()")
     assert await b.claim("run:1", ttl=30) is not None
@@ -104,7 +105,7 @@ async def test_an_unreachable_database_cancels_the_block_before_the_lease_expire
         assert lease is not None
         log: list[str] = []
         block = asyncio.create_task(_guarded_until_cancelled(lease, log))
-        await asyncio.sleep(0.3)
+        await until(lambda: "worked" in log, "the guarded block at work")
         proxy.set_mode(fault)  # type: ignore[arg-type]
         cut_at = time.monotonic()
         cancelled_at = await block
@@ -135,11 +136,13 @@ def renewals(result: str) -> float:
 async def test_renewal_keeps_a_long_block_alive(pool: asyncpg.Pool) -> None:
     a, b = LeaseClient(pool=pool, owner="a"), LeaseClient(pool=pool, owner="b")
     ok_before = renewals("ok")
-    lease = await a.claim("run:1", ttl=0.6)
+    # a ttl a loaded machine's renewals (every ttl/3) keep up with; each
+    # sleep is past a ttl, so a slow machine only makes the check harder
+    lease = await a.claim("run:1", ttl=TTL)
     assert lease is not None
     async with lease:
         for _ in range(3):  # three ttls
-            await asyncio.sleep(0.6)
+            await asyncio.sleep(TTL)
             assert await b.claim("run:1", ttl=30) is None
         lease.check()
     assert renewals("ok") >= ok_before + 6  # every ttl/3

@@ -10,6 +10,7 @@ import asyncpg
 
 from gateway.ledger import Ledger, StoredAnswer, new_attempt
 from leases import LeaseClient
+from tests.support.waiting import until
 
 
 async def test_drain_waits_for_the_record_being_written(pool: asyncpg.Pool) -> None:
@@ -30,9 +31,16 @@ async def test_drain_waits_for_the_record_being_written(pool: asyncpg.Pool) -> N
                              "FOR NO KEY UPDATE")
         ledger.finish("agents", "k", attempt, "run:drain", "succeeded",
                       StoredAnswer(200, {"Content-Type": "text/plain"}, b"ok"), "http 200")
-        await asyncio.sleep(0.1)  # the writer has sent the record; it waits for the row
+        # the writer has sent the record; it waits for the row
+        await until(lambda: pool.fetchval(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> $1", locker.get_server_pid()),
+            "the record's statement waiting on the row lock")
         drained = asyncio.ensure_future(ledger.drain())  # shutdown, with 5 s to spare
+        # the drain is under way while the row is held: a slow machine only
+        # lengthens this, within the drain's 5 s (the wait that must not end early)
         await asyncio.sleep(0.3)
+        assert not drained.done()
     finally:
         await tx.rollback()
         await pool.release(locker)

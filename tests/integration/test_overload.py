@@ -22,6 +22,7 @@ from gateway.dev.sinks import WebhookSink
 from leases import Busy, LeaseClient, LeaseLost
 from tests.integration.conftest import Gw
 from tests.support.served import free_port, serve
+from tests.support.waiting import until
 
 
 async def _serve(tmp_path: Path, dsn: str, sink: WebhookSink, *, pool_size: int,
@@ -113,7 +114,11 @@ async def test_a_busy_database_pool_is_overload_not_an_outage(
         held = [asyncio.create_task(gw.request("POST", "/v1/http/hook/x",
                                                gw.headers(hot, f"hot-{i}"), json={}))
                 for i in range(2)]
-        await asyncio.sleep(0.3)  # both connections now wait on the lock
+        # both connections now wait on the lock
+        await until(lambda: gw.pool.fetchval(
+            "SELECT count(*) >= 2 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> $1", locker.get_server_pid()),
+            "both gateway connections waiting on the row lock")
         started = asyncio.get_running_loop().time()
         answers = await asyncio.gather(*(
             gw.request("POST", "/v1/http/hook/x", gw.headers(o, f"other-{i}"), json={})
@@ -137,7 +142,8 @@ async def test_a_workers_saturated_pool_does_not_cost_it_its_lease(dsn: str) -> 
     passed, and the lease was lost 'unreachable' though the database was fine.
     Renewals have connections of their own."""
     async with LeaseClient(dsn, owner="w", pool_size=2, acquire_timeout=0.2) as client:
-        lease = await client.claim("run:1", ttl=0.6)
+        # a ttl a loaded machine's renewals (every ttl/3) keep up with
+        lease = await client.claim("run:1", ttl=1.5)
         assert lease is not None
         pool = await client.connect()
         busy = [await pool.acquire() for _ in range(2)]  # the work holds them all
@@ -145,7 +151,7 @@ async def test_a_workers_saturated_pool_does_not_cost_it_its_lease(dsn: str) -> 
             with pytest.raises(Busy):
                 await client.fetchrow("show_lease", "run:1")
             async with lease:
-                await asyncio.sleep(2.0)  # three ttls: many renewals
+                await asyncio.sleep(4.5)  # three ttls: many renewals
             assert lease.lost is None
         except LeaseLost as lost:
             raise AssertionError(f"lost the lease to a busy pool: {lost}") from None

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from tests.integration.conftest import API_KEY, Gw
 from tests.support.rawhttp import raw
+from tests.support.waiting import until
 
 
 class ActsThenDrops:
@@ -118,11 +119,18 @@ async def test_a_resend_is_not_admitted_if_it_could_land_past_the_providers_wind
     assert (status, body["code"]) == (504, "provider_timeout")
     gw.smtp.next_data_delays = [2.5]  # the next message holds the only connection
     busy = asyncio.create_task(gw.email(other, "busy"))
-    await asyncio.sleep(0.1)
+    # the busy message has reached the sink: it holds the only connection
+    await until(lambda: any(d.header("Fence-Resource") == "run:2"
+                            for d in gw.smtp.deliveries), "the busy message at the sink")
     status, _, body = await gw.email(lease, "once")
     assert (status, body["code"]) == (409, "effect_outcome_unknown"), body
     await busy
-    await asyncio.sleep(0.6)  # every late acceptance has landed
+    # a message sent through the only connection after them all: whatever
+    # was admitted before it has had its turn at the sink
+    gw.smtp.next_data_delays = []
+    after = await gw.leases.claim("run:3", ttl=60)
+    assert after is not None
+    assert (await gw.email(after, "after"))[0] == 200
     acted = [d for d in gw.smtp.deliveries if d.header(header) and d.acted
              and d.header("Fence-Resource") == "run:1"]
     assert len(acted) == 1
@@ -141,7 +149,8 @@ async def test_a_resend_well_inside_the_window_is_still_made(
     assert (await gw.email(lease, "again"))[0] == 504
     status, _, body = await gw.email(lease, "again")
     assert status == 200, body
-    await asyncio.sleep(0.6)
+    # no wait: the sink records a message when its DATA ends, before it
+    # answers, and both attempts have their answer (or timed out on it)
     assert [d.acted for d in gw.smtp.deliveries] == [True, False]
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker, sql
 from leases.queue import Job
+from tests.support.waiting import GENEROUS_SECONDS, until
 
 
 def queue(pool: asyncpg.Pool, name: str = "mail", owner: str = "w1", **kw: object) -> Queue:
@@ -96,21 +97,36 @@ async def test_a_stale_complete_after_takeover_changes_nothing(pool: asyncpg.Poo
     assert await q2.complete(new) is True
 
 
+async def fail_and_back_off(pool: asyncpg.Pool, q: Queue, job: Job, error: object,
+                            low: float, high: float) -> asyncpg.Record:
+    """Fail ``job``; check that it is due between ``low`` and ``high`` seconds
+    after the failure by the database clock, and not claimable before; then
+    move its due time to now, as if the backoff had passed."""
+    before = await pool.fetchval("SELECT clock_timestamp()")
+    assert await q.fail(job, error) == "queued"  # type: ignore[arg-type]
+    after = await pool.fetchval("SELECT clock_timestamp()")
+    row = await pool.fetchrow("SELECT run_at, last_error FROM fencegate_jobs WHERE id = $1",
+                              job.id)
+    assert before + dt.timedelta(seconds=low) <= row["run_at"] \
+        <= after + dt.timedelta(seconds=high)
+    assert await q.claim() == []  # not due yet
+    await pool.execute("UPDATE fencegate_jobs SET run_at = clock_timestamp() WHERE id = $1",
+                       job.id)
+    return row
+
+
 async def test_failures_back_off_by_the_database_clock_then_die(pool: asyncpg.Pool) -> None:
-    q = queue(pool, retry=RetryPolicy(max_attempts=3, base_seconds=0.4, cap_seconds=10))
+    # backoffs of a minute or more: "not due yet" holds on any machine, and
+    # the test moves the due time instead of waiting it out
+    q = queue(pool, retry=RetryPolicy(max_attempts=3, base_seconds=60, cap_seconds=600))
     job_id = await q.enqueue({"n": 1})
     [job] = await q.claim()
-    assert await q.fail(job, RuntimeError("smtp 451 password=hunter2")) == "queued"
-    row = await pool.fetchrow(
-        "SELECT run_at - clock_timestamp() AS wait, last_error FROM fencegate_jobs")
-    assert dt.timedelta(seconds=0.15) <= row["wait"] <= dt.timedelta(seconds=0.4)
+    row = await fail_and_back_off(pool, q, job, RuntimeError("smtp 451 password=hunter2"),
+                                  30, 60)
     assert "hunter2" not in row["last_error"] and "RuntimeError" in row["last_error"]
-    assert await q.claim() == []  # not due yet
-    await asyncio.sleep(row["wait"].total_seconds() + 0.05)
     [job] = await q.claim()
     assert job.attempts == 2
-    assert await q.fail(job, "again") == "queued"
-    await asyncio.sleep(0.85)
+    await fail_and_back_off(pool, q, job, "again", 60, 120)
     [job] = await q.claim()
     assert job.attempts == 3
     assert await q.fail(job, "for the last time") == "dead"
@@ -153,12 +169,14 @@ async def test_claimers_recover_on_their_polling_path(pool: asyncpg.Pool) -> Non
     [first] = await q.claim(ttl=0.1)
     await asyncio.sleep(0.2)
     # no explicit recover(): polling alone brings the job back
-    for _ in range(50):
-        jobs = await q.claim()
-        if jobs:
-            break
-        await asyncio.sleep(0.02)
-    assert jobs and jobs[0].fence > first.fence
+    jobs: list[Job] = []
+
+    async def claimed() -> bool:
+        jobs.extend(await q.claim())
+        return bool(jobs)
+
+    await until(claimed, "a poll claimed the expired job again")
+    assert jobs[0].fence > first.fence
 
 
 async def test_ordering_keys_run_one_at_a_time_in_order_and_do_not_hold_others(
@@ -170,42 +188,63 @@ async def test_ordering_keys_run_one_at_a_time_in_order_and_do_not_hold_others(
     await q.enqueue_many([NewJob({"key": None, "n": n}) for n in range(6)])
     spans: dict[str | None, list[tuple[int, float, float]]] = {}
     loop = asyncio.get_running_loop()
+    # the slow key's first job is held until every job of the other keys has
+    # run (had they waited for it, it would wait for ever); each keyless job
+    # is held until two keyless jobs have run at once
+    others_done, side_by_side = asyncio.Event(), asyncio.Event()
+    keyless_running = 0
 
     async def handler(job: Job) -> None:
-        start = loop.time()
-        await asyncio.sleep(0.15 if job.payload["key"] == "slow" else 0.01)
-        spans.setdefault(job.payload["key"], []).append((job.payload["n"], start, loop.time()))
+        nonlocal keyless_running
+        key, start = job.payload["key"], loop.time()
+        if key == "slow":
+            await asyncio.wait_for(others_done.wait(), GENEROUS_SECONDS)
+        elif key is None:
+            keyless_running += 1
+            if keyless_running >= 2:
+                side_by_side.set()
+            try:
+                await asyncio.wait_for(side_by_side.wait(), GENEROUS_SECONDS)
+            finally:
+                keyless_running -= 1
+        await asyncio.sleep(0.01)
+        spans.setdefault(key, []).append((job.payload["n"], start, loop.time()))
+        if all(len(spans.get(k, ())) == 6 for k in ("a", "b")):
+            others_done.set()
 
     worker = Worker(q, handler, concurrency=8, poll_min=0.01, poll_max=0.02)
     task = asyncio.create_task(worker.run())
-    for _ in range(300):
-        if (await q.stats()).get("completed") == 24:
-            break
-        await asyncio.sleep(0.02)
-    worker.stop()
-    await task
+    try:
+        async def all_completed() -> bool:
+            return (await q.stats()).get("completed") == 24
+
+        await until(all_completed, "all 24 jobs completed", seconds=2 * GENEROUS_SECONDS)
+    finally:
+        worker.stop()
+        await task
     assert (await q.stats()) == {"completed": 24}
     for key in ("slow", "a", "b"):
         runs = spans[key]
         assert [n for n, _, _ in runs] == list(range(6)), f"{key} ran out of order"
         for (_, _, end), (_, start, _) in itertools.pairwise(runs):
             assert start >= end, f"two jobs of key {key} overlapped"
-    # the other keys did not wait for the slow one
-    assert max(e for _, _, e in spans["a"]) < max(e for _, _, e in spans["slow"]) - 0.3
-    # keyless jobs run side by side
-    starts = sorted(s for _, s, _ in spans[None])
-    assert starts[-1] - starts[0] < 0.1
+    # the other keys did not wait for the slow one: all were done before it
+    assert max(e for k in ("a", "b") for _, _, e in spans[k]) <= spans["slow"][0][2]
+    assert side_by_side.is_set()  # keyless jobs ran side by side
 
 
 async def test_ordering_survives_retries(pool: asyncpg.Pool) -> None:
-    q = queue(pool, retry=RetryPolicy(max_attempts=3, base_seconds=0.05, cap_seconds=0.1))
+    # a backoff of a minute: n=1 is surely not due at the check below; the
+    # test then moves its due time instead of waiting it out
+    q = queue(pool, retry=RetryPolicy(max_attempts=3, base_seconds=60, cap_seconds=60))
     first = await q.enqueue({"n": 1}, ordering_key="k")
     await q.enqueue({"n": 2}, ordering_key="k")
     [job] = await q.claim(limit=5)
     assert job.id == first
     assert await q.fail(job, "retry me") == "queued"
     assert await q.claim(limit=5) == []  # n=2 must not overtake the retrying n=1
-    await asyncio.sleep(0.15)
+    await pool.execute("UPDATE fencegate_jobs SET run_at = clock_timestamp() WHERE id = $1",
+                       first)
     [job] = await q.claim(limit=5)
     assert job.id == first
 
@@ -243,12 +282,15 @@ async def test_an_idle_worker_wakes_on_notify_not_on_its_next_poll(pool: asyncpg
     async def handler(job: Job) -> None:
         done.set()
 
-    # polling alone would not look again for 10 s
-    worker = Worker(q, handler, poll_min=10, poll_max=10, backstop_interval=60)
+    # polling alone would not look again for an hour
+    worker = Worker(q, handler, poll_min=3600, poll_max=3600, backstop_interval=3600)
     task = asyncio.create_task(worker.run())
-    await asyncio.sleep(0.3)  # its first poll found nothing; it is idle now
+    # it listens (its LISTEN connection is up) before the job is enqueued
+    await until(lambda: pool.fetchval(
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
+        "AND query ILIKE 'LISTEN%'"), "the worker's LISTEN")
     await q.enqueue({"n": 1})
-    await asyncio.wait_for(done.wait(), 3)
+    await asyncio.wait_for(done.wait(), GENEROUS_SECONDS)
     worker.stop()
     await task
 

@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 
 from tests.integration.conftest import Gw
+from tests.support.waiting import until
 
 MakeGw = Callable[..., Awaitable[Gw]]
 #: the first request takes this long (the gateway's timeout is 1 s)
@@ -94,7 +95,10 @@ async def test_a_resend_answered_in_progress_is_not_the_effects_answer(
     assert lease is not None
     status, _, body = await gw.post("/v1/http/crm/orders", gw.headers(lease, "order-1"),
                                     json={"sku": "A"})
-    await asyncio.sleep(WORK_SECONDS)  # the first request has been acted on by now
+    # the first request has been acted on (its answer is stored): every
+    # request that reached the provider has been answered by now
+    await until(lambda: bool(api.answers) and None not in api.answers.values(),
+                "the first request acted on")
     assert len(api.acted) == 1  # it dedupes: one order
     # the provider acted once: the effect happened. A 409 "still in progress"
     # is not its outcome, and must not be recorded and replayed as a failure
@@ -125,7 +129,8 @@ async def test_no_newer_fence_while_the_first_attempt_is_still_being_acted_on(
     await gw.request("GET", "/v1/effects/order-2", gw.headers(key="order-2"))
     newer = await gw.leases.claim("run:1", ttl=30)
     still_working = not api.acted
-    await asyncio.sleep(WORK_SECONDS)
+    await until(lambda: bool(api.answers) and None not in api.answers.values(),
+                "the first request acted on")
     assert api.acted == [(api.acted[0][0], str(lease.fence))]  # fence F's request, acted on
     assert not (newer is not None and still_working), (
         f"fence {newer.fence if newer else None} was granted while the provider was "

@@ -4,14 +4,17 @@ lease staying as the queue left it (issue 9)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 
 import asyncpg
+import pytest
 
 from gateway.ledger import Ledger
 from leases import LeaseClient, Queue, Worker
 from leases.metrics import AWAITING_PURGE
 from leases.queue import job_resource
+from tests.support.waiting import until
 
 
 def _queue(pool: asyncpg.Pool, owner: str, **kw: object) -> Queue:
@@ -102,7 +105,7 @@ async def test_a_job_whose_lease_was_claimed_outside_the_queue_is_recovered(
 
 
 async def test_a_worker_keeps_going_when_its_claims_fail_for_other_reasons(
-    pool: asyncpg.Pool, dsn: str,
+    pool: asyncpg.Pool, dsn: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A read-only database (after a failover, before the pooler moves), a
     statement timeout, a deadlock: Worker.run died on any error but an
@@ -119,19 +122,25 @@ async def test_a_worker_keeps_going_when_its_claims_fail_for_other_reasons(
     await pool.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
     await pool.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                        "WHERE datname = $1 AND pid <> pg_backend_pid()", database)
+    caplog.set_level(logging.WARNING, logger="fencegate.worker")
+
+    def read_only_claims() -> int:
+        return sum(1 for r in caplog.records if r.getMessage().startswith("claim failed")
+                   and "ReadOnlySQLTransaction" in r.getMessage())
+
     run = asyncio.create_task(worker.run())
-    await asyncio.sleep(0.5)  # every claim fails: read-only
+    # every claim fails, read-only: three of them have, and it is still running
+    await until(lambda: read_only_claims() >= 3 or run.done(), "three read-only claims")
     assert not run.done(), run.exception() if run.done() else None
     await pool.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = off')
     await pool.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                        "WHERE datname = $1 AND pid <> pg_backend_pid()", database)
     await pool.expire_connections()  # ours too: writable again (the worker's reconnect)
     job_id = await _queue(pool, "producer").enqueue({"n": 1})
-    for _ in range(200):
-        if done:
-            break
-        await asyncio.sleep(0.05)
-    worker.stop()
+    try:
+        await until(lambda: bool(done), "the job handled once writable again")
+    finally:
+        worker.stop()
     await asyncio.wait_for(run, 10)
     await client.close()
     assert done == [job_id]
