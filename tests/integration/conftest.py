@@ -261,3 +261,20 @@ for _fake in (FakeResend, FakePostmark, FakeSendGrid, FakeMailgun, FakeSes, Fake
     os.environ.setdefault(_fake.secret_env, _fake.secret)
 os.environ.setdefault(FakeSes.key_id_env, FakeSes.key_id)
 os.environ.setdefault("FENCEGATE_TEST_WRONG_SECRET", "not-the-key")
+
+
+@pytest.fixture
+async def admin(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection that watches (outside any transaction: inside one,
+    pg_stat_activity would answer the same snapshot every time)."""
+    conn = await asyncpg.connect(dsn)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def locker(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """Another transaction, which holds lease rows locked."""
+    conn = await asyncpg.connect(dsn)
+    yield conn
+    await conn.close()

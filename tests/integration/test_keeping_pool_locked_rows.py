@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from leases import Lease, LeaseClient, policy
 
@@ -29,20 +27,6 @@ LOCKED_POLICY = policy.RenewalPolicy(LOCKED_TTL, renew_fraction=0.01, retry_frac
 #: the third lease, whose row nobody locks: it must renew on time (every
 #: 3.3 s; it gives up 8 s after its last renewal was sent)
 FREE_TTL = 10.0
-
-
-@pytest.fixture
-async def admin(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(dsn)
-    yield conn
-    await conn.close()
-
-
-@pytest.fixture
-async def locker(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(dsn)
-    yield conn
-    await conn.close()
 
 
 async def _changed(lease: Lease, past: dt.datetime) -> None:

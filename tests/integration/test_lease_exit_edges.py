@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -20,20 +19,6 @@ from leases import LeaseClient
 
 TTL = 30.0
 WAIT_SECONDS = 20.0
-
-
-@pytest.fixture
-async def admin(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(dsn)
-    yield conn
-    await conn.close()
-
-
-@pytest.fixture
-async def locker(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(dsn)
-    yield conn
-    await conn.close()
 
 
 async def test_a_refused_release_at_exit_does_not_fail_a_finished_block(

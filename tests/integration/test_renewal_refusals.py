@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator
 
 import asyncpg
-import pytest
 
 from leases import Lease, LeaseClient, policy
 
@@ -25,23 +23,6 @@ from leases import Lease, LeaseClient, policy
 TTL = 30.0
 FREQUENT = policy.RenewalPolicy(TTL, renew_fraction=0.02, retry_fraction=0.01)
 WAIT_SECONDS = 20.0
-
-
-@pytest.fixture
-async def admin(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection that watches (outside any transaction: inside one,
-    pg_stat_activity would answer the same snapshot every time)."""
-    conn = await asyncpg.connect(dsn)
-    yield conn
-    await conn.close()
-
-
-@pytest.fixture
-async def locker(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    """Another transaction, which holds lease rows locked."""
-    conn = await asyncpg.connect(dsn)
-    yield conn
-    await conn.close()
 
 
 async def _lock_row(locker: asyncpg.Connection, resource: str,
