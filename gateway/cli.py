@@ -11,12 +11,13 @@ import os
 import signal
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import asyncpg
 
 from gateway.errors import ConfigError
 from gateway.ledger import Ledger
+from gateway.wire import EffectState
 from leases import Database, formats, jobs_cli, logs
 from leases import cli as leases_cli
 from leases.errors import LeasesError
@@ -193,7 +194,7 @@ def parser() -> argparse.ArgumentParser:
                      "effects of several clients share the key)")
     lst = verbs.add_parser("list", help="recent effects")
     lst.add_argument("--client", help="one client's effects (default: every client's)")
-    lst.add_argument("--state", choices=["in_flight", "succeeded", "failed", "unknown"],
+    lst.add_argument("--state", choices=list(get_args(EffectState)),
                      help="only effects in this state")
     lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     res = verbs.add_parser("resolve", help="settle an effect whose outcome is unknown")

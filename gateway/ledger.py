@@ -23,7 +23,7 @@ from typing import Any, Literal, cast
 import asyncpg
 
 from gateway.outcomes import OutcomeWriter
-from gateway.wire import ExtendVerdict, Verdict
+from gateway.wire import AttemptEnd, EffectState, ExtendVerdict, Finished, Verdict
 from leases import Busy, Database, Unavailable, formats
 from leases.batch import Batcher
 
@@ -46,9 +46,6 @@ ABANDONED_KEPT_SECONDS = 86400.0
 #: admission statements out at once per process; more calls gather meanwhile
 ADMISSION_BATCHES_IN_FLIGHT = 4
 
-FinalState = Literal["succeeded", "failed", "unknown", "free"]
-
-
 @dataclass(frozen=True)
 class Unresolved:
     """Why an effect could not be resolved: a problem code, a sentence, and
@@ -57,8 +54,6 @@ class Unresolved:
     code: Literal["not_found", "effect_in_progress", "effect_not_unknown"]
     detail: str
     retry_after: float | None
-#: what recording the end of an attempt did (see fencegate_finish_effect)
-Finished = Literal["recorded", "freed", "unknown", "gone"]
 
 
 def new_attempt() -> int:
@@ -181,7 +176,7 @@ class Ledger:
             RESEND_MARGIN_SECONDS)
         return verdict
 
-    def _args(self, client: str, key: str, attempt: int, resource: str, state: FinalState,
+    def _args(self, client: str, key: str, attempt: int, resource: str, state: AttemptEnd,
               answer: StoredAnswer | None, summary: str | None,
               never_whole: bool = False) -> tuple[Any, ...]:
         return (client, key, attempt, resource, state,
@@ -190,7 +185,7 @@ class Ledger:
                 answer.body if answer else None, summary, never_whole)
 
     def finish(self, client: str, key: str, attempt: int, resource: str,
-               state: FinalState, answer: StoredAnswer | None, summary: str | None,
+               state: AttemptEnd, answer: StoredAnswer | None, summary: str | None,
                never_whole: bool = False) -> None:
         """Record the end of an attempt, behind the answer: the caller already
         has the provider's answer and does not wait for the record (a repeat
@@ -207,10 +202,10 @@ class Ledger:
                    resource: str) -> Finished | None:
         """End an attempt that certainly did not act, and wait for the record,
         so a retry right after the answer finds the key free. What it came
-        to: ``freed``; ``unknown`` when an earlier attempt of the key may have
-        acted (the key is not free); ``gone``; or None when it did not land in
-        time (refused, or no answer; tried again in the background): the key
-        may read in flight, then unknown."""
+        to (``Finished``): ``free``; ``unknown`` when an earlier attempt of
+        the key may have acted (the key is not free); ``gone``; or None when
+        it did not land in time (refused, or no answer; tried again in the
+        background): the key may read in flight, then unknown."""
         recorded = self.outcomes.add(self._args(client, key, attempt, resource, "free", None,
                                                 None))
         try:
@@ -232,7 +227,7 @@ class Ledger:
         for delay in (0.0, self.timeout, self.timeout * 2 + 0.5):
             await asyncio.sleep(delay)
             done = await self._try(args)
-            if done in ("freed", "unknown"):
+            if done in ("free", "unknown"):
                 return
         if done is None:  # no answer, or refused, every time: the writer goes on
             self.outcomes.add(args, waited=False)
@@ -280,7 +275,7 @@ class Ledger:
                                      HELD_REQUEST_SECONDS)
         return None if row is None else effect_view(row)
 
-    async def list(self, client: str | None, state: str | None,
+    async def list(self, client: str | None, state: EffectState | None,
                    limit: int) -> list[dict[str, Any]]:
         rows = await self.db.fetch("list_effects", client, state, limit, RESOLVE_GRACE_SECONDS)
         return [effect_view(r) for r in rows]

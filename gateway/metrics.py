@@ -10,7 +10,7 @@ from typing import get_args
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from gateway.wire import RateLimitReason
+from gateway.wire import EffectOutcome, FenceRefusal, RateLimitReason
 from leases import metrics as lease_metrics
 
 FENCE_REJECTIONS = Counter(
@@ -73,9 +73,8 @@ RATE_LIMITED = Counter(
 )
 
 #: the label values the contract fixes
-REJECTION_REASONS = ("stale_fence", "lease_expired", "no_lease", "invalid_fence")
-EFFECT_OUTCOMES = ("succeeded", "failed", "unknown", "replayed", "in_progress",
-                   "provider_error", "rate_limited", "overloaded")
+REJECTION_REASONS: tuple[FenceRefusal, ...] = get_args(FenceRefusal)
+EFFECT_OUTCOMES: tuple[EffectOutcome, ...] = get_args(EffectOutcome)
 #: what was full when a request was refused at once (``fencegate_requests_refused_total``)
 REFUSAL_REASONS = ("in_flight", "database_pool")
 RATE_LIMIT_REASONS: tuple[RateLimitReason, ...] = get_args(RateLimitReason)
@@ -102,13 +101,13 @@ def start_at_zero(providers: Iterable[str]) -> None:
     step from "no series" to 1, so without this the first stale fence after a
     start would never raise an alert (deploy/prometheus/rules.yml)."""
     for provider in providers:
-        for reason in REJECTION_REASONS:
-            FENCE_REJECTIONS.labels(provider=provider, reason=reason)
+        for refusal in REJECTION_REASONS:
+            FENCE_REJECTIONS.labels(provider=provider, reason=refusal)
         for outcome in EFFECT_OUTCOMES:
             EFFECTS.labels(provider=provider, outcome=outcome)
         PROVIDER_PAUSED.labels(provider=provider)
-        for reason in RATE_LIMIT_REASONS:
-            RATE_LIMITED.labels(provider=provider, reason=reason)
-    for reason in REFUSAL_REASONS:
-        REQUESTS_REFUSED.labels(reason=reason)
+        for limit in RATE_LIMIT_REASONS:
+            RATE_LIMITED.labels(provider=provider, reason=limit)
+    for full in REFUSAL_REASONS:
+        REQUESTS_REFUSED.labels(reason=full)
     lease_metrics.start_at_zero()

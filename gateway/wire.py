@@ -1,11 +1,13 @@
 """Every name on the wire, in one place: the headers, the problem codes and
-their statuses, the admission verdicts and the effect outcomes. The server and
-``GatewayClient`` both import them from here, so the two cannot drift apart.
+their statuses, the words of an effect's life (the database's answers are
+these words) and the metric labels. The server and ``GatewayClient`` both
+import them from here, so the two cannot drift apart.
 
 One outcome has one name: the database's admission verdict *is* the problem
-code the caller gets (``stale_fence``, ``effect_in_progress``, ...). Only the
-``fencegate_effects_total`` label values differ where the contract fixed
-them (``in_progress``, ``replayed``).
+code the caller gets (``stale_fence``, ``effect_in_progress``, ...), and an
+attempt's end is one word from the provider's answer to the ledger's record.
+Only the metric labels differ where the contract fixed them (``in_progress``,
+``replayed``, ``provider_error``; a resend's ``answered``, ``not_acted``).
 """
 
 from __future__ import annotations
@@ -71,29 +73,69 @@ PROBLEMS: dict[ProblemCode, tuple[int, str]] = {
 
 FENCE_REFUSALS: frozenset[str] = frozenset(get_args(FenceRefusal))
 
-# ---- admission and outcomes ----------------------------------------------------
+# ---- an effect's life -------------------------------------------------------------
+#
+# Each vocabulary below has one meaning; a word two of them share means the
+# same thing in both. The database's answers are these words exactly
+# (leases/sql/schema.sql), and the metric labels are the contract's.
 
-#: what ``fencegate_admit_effect`` answers: go, a replay of the stored answer, a
-#: refusal (its problem code), "abandoned" (the gateway had given the attempt
-#: up before its admission ran), or, from a batch, "busy" (its lease row was
-#: held elsewhere: admit it alone)
+#: what ``fencegate_admit_effect`` (and, for a batch, ``fencegate_admit_effects``)
+#: answers an attempt that asks to reach the provider (``Ledger.admit``; acted on
+#: in effects/effect.py): go, a replay of the stored answer, a refusal (its
+#: problem code), "abandoned" (the gateway had given the attempt up before its
+#: admission ran), or, from a batch, "busy" (its lease row was held elsewhere:
+#: admit it alone)
 Verdict = Literal["admitted", "replay", "abandoned", "busy"] | Refusal
 
-#: the ``outcome`` label of ``fencegate_effects_total``
+#: what the ledger holds for an effect: the ``state`` of ``fencegate_effects``
+#: and of ``GET /v1/effects/{key}`` (``in_flight`` while an attempt may be
+#: under way; an end once one is recorded)
+EffectState = Literal["in_flight", "succeeded", "failed", "unknown"]
+
+#: what one attempt came to, which is the end the ledger records for it:
+#: ``succeeded`` (the provider acted) and ``failed`` (it refused for good), its
+#: answer stored and replayed; ``unknown`` (it may have acted: never sent again
+#: unless it dedupes on our key); ``free`` (it certainly did not act: the key
+#: is freed, the effect forgotten). Said by a provider (``Outcome.kind``,
+#: gateway/providers/), or by the gateway of an attempt that never reached one
+#: (``Ledger.free``); written by ``fencegate_finish_effect`` (``Ledger.finish``,
+#: ``Ledger.free``); the ``state`` label of fencegate_effect_records_given_up_total.
+AttemptEnd = Literal["succeeded", "failed", "unknown", "free"]
+
+#: what ``fencegate_finish_effect`` made of an attempt's end (``Ledger.free``
+#: answers it): the end, recorded; ``unknown`` for a ``free`` when an earlier
+#: attempt of the key may have acted (the key stays taken, the effect
+#: unknown); ``gone`` when the attempt no longer held the key (already ended,
+#: replaced by a later attempt or an operator's resolve, or never admitted)
+Finished = AttemptEnd | Literal["gone"]
+
+#: why ``fencegate_extend_effect`` refuses to extend an attempt for a resend:
+#: its fence (the admission's words for it), the attempt no longer in flight
+#: under its nonce, or the provider's window too short for the whole resend
+ExtendRefusal = Literal["stale_fence", "lease_expired", "no_lease", "not_in_flight",
+                        "outside_window"]
+#: what ``fencegate_extend_effect`` answers before a resend (``Ledger.extend``;
+#: acted on in effects/resend.py): go, or why not
+ExtendVerdict = Literal["extended"] | ExtendRefusal
+
+# ---- metric labels ----------------------------------------------------------------
+
+#: the ``outcome`` label of ``fencegate_effects_total`` (the contract's words;
+#: counted in effects/effect.py): an attempt's end by its own name, except a
+#: ``free`` one, counted by why nothing was done (``provider_error``, or
+#: ``overloaded``: the gateway could not start it in time); and the answers
+#: made without the provider (``replayed``; ``in_progress``, the refusal
+#: ``effect_in_progress``; ``rate_limited``)
 EffectOutcome = Literal["succeeded", "failed", "unknown", "replayed", "in_progress",
                         "provider_error", "rate_limited", "overloaded"]
 
-#: what ``fencegate_extend_effect`` answers before a resend: go, or why not
-#: (a fence refusal's own code, or the effect's state, or the window)
-ExtendVerdict = Literal["extended", "stale_fence", "lease_expired", "no_lease",
-                        "not_in_flight", "outside_window"]
-#: the ``outcome`` label of ``fencegate_provider_resends_total``: what a resend
-#: came to (``answered``: a definite answer; ``unknown`` again; ``not_acted``:
-#: the provider refused it without acting), or why none went out (the
-#: ledger's refusal, ``provider_paused``, or ``unavailable``: no answer from
-#: the database)
-ResendOutcome = Literal["answered", "unknown", "not_acted", "provider_paused", "unavailable"] \
-    | Literal["stale_fence", "lease_expired", "no_lease", "not_in_flight", "outside_window"]
+#: the ``outcome`` label of ``fencegate_provider_resends_total`` (counted in
+#: effects/resend.py): what a resend came to (``answered``: its end was
+#: ``succeeded`` or ``failed``; ``unknown`` again; ``not_acted``: ``free``),
+#: or why none went out (the ledger's ``ExtendRefusal``, ``provider_paused``,
+#: or ``unavailable``: no answer from the database)
+ResendOutcome = Literal["answered", "unknown", "not_acted", "provider_paused",
+                        "unavailable"] | ExtendRefusal
 
 #: why an effect was refused 429 ``rate_limited`` (``fencegate_rate_limited_total``):
 #: the provider's configured rate, or a pause the provider asked for (its 429)

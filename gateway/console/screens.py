@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 from gateway.effects import fingerprint
 from gateway.ledger import RESOLVE_GRACE_SECONDS
-from gateway.wire import FENCE_REFUSALS
+from gateway.wire import FENCE_REFUSALS, EffectState
 from leases import Database
 from leases.redact import redact
 
@@ -35,7 +35,8 @@ MAX_PER_PAGE = 200
 MAX_PAGE = 1000
 #: a process keeps at most this many filtered views
 MAX_CACHED = 200
-EFFECT_STATES = ("succeeded", "failed", "unknown", "in_flight")
+#: the effect states, in the order the console lists them
+EFFECT_STATES: tuple[EffectState, ...] = ("succeeded", "failed", "unknown", "in_flight")
 JOB_STATES = ("queued", "claimed", "completed", "dead")
 REASONS = tuple(sorted(FENCE_REFUSALS))
 #: a worker acting under a lease it held once and lost; the other reasons

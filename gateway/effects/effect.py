@@ -32,7 +32,7 @@ from gateway.effects.attempt import send_once
 from gateway.effects.deadline import Deadline
 from gateway.effects.pace import PACE_WAIT_SECONDS
 from gateway.effects.ratelimit import TokenBucket, retry_after_header
-from gateway.ledger import Admission, FinalState, Finished, StoredAnswer, new_attempt
+from gateway.ledger import Admission, StoredAnswer, new_attempt
 from gateway.metrics import EFFECTS, FENCE_REJECTIONS, RATE_LIMITED
 from gateway.providers import EmailCall, HttpCall, Outcome, Provider, ProviderCall
 from gateway.providers.mime import Unbuildable, build_message
@@ -42,6 +42,7 @@ from gateway.wire import (
     IDEMPOTENT_REPLAYED,
     RETRY_AFTER,
     EffectOutcome,
+    Finished,
     ProblemCode,
     Refusal,
 )
@@ -63,15 +64,6 @@ REFUSALS: dict[Refusal, str] = {
                               "have reached the provider; an operator must resolve it "
                               "(POST /v1/effects/{key}/resolve)",
 }
-
-#: provider outcome → (ledger state, effects_total outcome)
-_RECORDED: dict[str, tuple[FinalState, EffectOutcome]] = {
-    "succeeded": ("succeeded", "succeeded"),
-    "failed": ("failed", "failed"),
-    "retryable": ("free", "provider_error"),
-    "unknown": ("unknown", "unknown"),
-}
-
 
 @dataclass(frozen=True)
 class Effect:
@@ -242,21 +234,27 @@ async def run_effect(gw: Gateway, effect: Effect) -> web.Response:
             resend.resendable(cfg):
         outcome = await resend.resend(gw, provider, call, attempt, outcome, budget)
 
-    state, label = _RECORDED[outcome.kind]
-    if outcome.code == "overloaded":
-        label = "overloaded"
-    if state == "free":  # awaited: a retry right after the answer finds the key free
+    label = _counted_as(outcome)
+    if outcome.kind == "free":  # awaited: a retry right after the answer finds the key free
         freed = await free()
-        if freed != "freed":
+        if freed != "free":
             outcome = _not_freed(outcome, freed)
     else:  # behind the answer
         stored = StoredAnswer(outcome.status, outcome.headers, outcome.body) \
             if outcome.kind in ("succeeded", "failed") else None
-        gw.ledger.finish(call.client, call.key, attempt, call.resource, state, stored,
+        gw.ledger.finish(call.client, call.key, attempt, call.resource, outcome.kind, stored,
                          outcome.summary, never_whole=outcome.request_never_whole)
     EFFECTS.labels(provider=cfg.name, outcome=label).inc()
     _log(effect, label, started, summary=outcome.summary)
     return web.Response(status=outcome.status, headers=outcome.headers, body=outcome.body)
+
+
+def _counted_as(outcome: Outcome) -> EffectOutcome:
+    """The ``fencegate_effects_total`` label of what an attempt came to: its
+    end, but a free one by why nothing was done."""
+    if outcome.kind == "free":
+        return "overloaded" if outcome.code == "overloaded" else "provider_error"
+    return outcome.kind
 
 
 def _at_configured_rate(provider: str, wait: float, freed: Finished | None) -> Problem:
@@ -266,7 +264,7 @@ def _at_configured_rate(provider: str, wait: float, freed: Finished | None) -> P
     if freed == "unknown":  # an earlier attempt may have acted: not a plain 429
         return Problem("provider_outcome_unknown", f"{detail}, but {_not_released(freed)}")
     return Problem("rate_limited",
-                   detail if freed == "freed" else f"{detail}, but {_not_released(freed)}",
+                   detail if freed == "free" else f"{detail}, but {_not_released(freed)}",
                    headers={RETRY_AFTER: retry_after_header(wait)}, reason="configured_rate")
 
 

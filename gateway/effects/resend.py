@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Literal
 
 from gateway.config import HttpProviderConfig, ProviderConfig, ServerConfig
 from gateway.effects.attempt import send_once
@@ -96,19 +97,25 @@ async def resend(gw: Gateway, provider: Provider, call: ProviderCall, attempt: i
             _count(call, config.name, n, verdict)
             return unknown
         outcome = await send_once(gw, provider, call, deadline)
+        _count(call, config.name, n, _counted_as(outcome))
         if outcome.kind in ("succeeded", "failed"):
-            _count(call, config.name, n, "answered")
             return outcome
         if outcome.kind == "unknown":
             unknown = outcome
-            _count(call, config.name, n, "unknown")
-        else:
-            _count(call, config.name, n, "not_acted")
     return unknown
 
 
+def _counted_as(outcome: Outcome) -> ResendOutcome:
+    """The ``fencegate_provider_resends_total`` label of what a resend came to."""
+    if outcome.kind == "free":
+        return "not_acted"
+    if outcome.kind == "unknown":
+        return "unknown"
+    return "answered"
+
+
 async def _extend(gw: Gateway, call: ProviderCall, attempt: int,
-                  budget: float) -> ExtendVerdict | ResendOutcome:
+                  budget: float) -> ExtendVerdict | Literal["unavailable"]:
     try:
         return await gw.ledger.extend(call.client, call.key, attempt, call.resource,
                                       call.fence,

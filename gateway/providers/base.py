@@ -1,11 +1,12 @@
 """What every provider offers the effect path.
 
 A provider turns one call into one ``Outcome``, and must tell apart the four
-endings, because the ledger treats them differently:
+ends of an attempt (``wire.AttemptEnd``), because the ledger records each as
+it is said:
 
 - ``succeeded``: the provider acted; the answer is stored and replayed.
 - ``failed``: the provider refused for good; stored and replayed too.
-- ``retryable``: the provider certainly did not act; the key is freed.
+- ``free``: the provider certainly did not act; the key is freed.
 - ``unknown``: the provider may have acted (a timeout or a connection lost after
   the request left); never sent again unless the provider dedupes on our key.
 """
@@ -14,16 +15,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 from gateway.api.parsing import EmailRequest
 from gateway.api.problems import Problem
 from gateway.config import ProviderConfig
 from gateway.effects.deadline import Deadline
 from gateway.effects.fingerprint import derived_key
-from gateway.wire import RETRY_AFTER, ProblemCode
-
-OutcomeKind = Literal["succeeded", "failed", "retryable", "unknown"]
+from gateway.wire import RETRY_AFTER, AttemptEnd, ProblemCode
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,10 @@ ProviderCall = HttpCall | EmailCall
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: OutcomeKind
+    """What one attempt came to (``kind``, the end the ledger records) and
+    the answer the caller gets."""
+
+    kind: AttemptEnd
     status: int  # what the gateway answers the caller
     body: bytes
     headers: dict[str, str]
@@ -98,7 +100,7 @@ class Provider(Protocol):
         ...
 
 
-def problem_outcome(kind: OutcomeKind, code: ProblemCode, detail: str, summary: str,
+def problem_outcome(kind: AttemptEnd, code: ProblemCode, detail: str, summary: str,
                     **extra: object) -> Outcome:
     """An Outcome whose answer to the caller is a problem document."""
     p = Problem(code, detail)
@@ -112,5 +114,5 @@ def too_late(provider: str, waiting_for: str = "its turn") -> Outcome:
     p = Problem("overloaded", f"the gateway could not start sending to {provider!r} in time "
                 f"(it waited for {waiting_for}); nothing was sent, retry later",
                 headers={RETRY_AFTER: "1"})
-    return Outcome("retryable", p.status, p.body(), p.response_headers(),
+    return Outcome("free", p.status, p.body(), p.response_headers(),
                    f"not sent: deadline reached waiting for {waiting_for}", "overloaded")

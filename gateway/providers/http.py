@@ -41,7 +41,6 @@ from gateway.providers.base import (
     EmailCall,
     HttpCall,
     Outcome,
-    OutcomeKind,
     ProviderCall,
     problem_outcome,
     too_late,
@@ -51,6 +50,7 @@ from gateway.wire import (
     FENCE_TOKEN,
     RETRY_AFTER,
     TRUNCATED,
+    AttemptEnd,
     ProblemCode,
     header_text,
 )
@@ -82,7 +82,7 @@ KEEPALIVE_SECONDS = 4.0
 def _failure(e: BaseException) -> Outcome:
     """The outcome of a request that got no answer."""
     if isinstance(e, aiohttp.ClientConnectorError):
-        return problem_outcome("retryable", "provider_error",
+        return problem_outcome("free", "provider_error",
                                f"cannot connect to the provider: {type(e).__name__}; "
                                "nothing was sent", "http connect failed")
     if isinstance(e, TimeoutError):
@@ -272,7 +272,7 @@ class HttpProvider:
             body = body[: self.max_body_bytes]
             headers[TRUNCATED] = "true"
         if resp.status in self.config.not_acted_statuses:
-            return problem_outcome("retryable", "provider_error",
+            return problem_outcome("free", "provider_error",
                                    f"the provider answered {resp.status}; the key is free again",
                                    f"http {resp.status}", provider_status=resp.status)
         if resp.status in self.config.unknown_statuses:
@@ -282,5 +282,5 @@ class HttpProvider:
                                    f"the provider answered {resp.status}, which may come after "
                                    "it acted: the outcome is unknown",
                                    f"http {resp.status}", provider_status=resp.status)
-        kind: OutcomeKind = "failed" if resp.status >= 400 else "succeeded"
+        kind: AttemptEnd = "failed" if resp.status >= 400 else "succeeded"
         return Outcome(kind, resp.status, body, headers, f"http {resp.status}")

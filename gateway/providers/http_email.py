@@ -75,7 +75,7 @@ def judge(config: HttpProviderConfig, call: EmailCall, status: int,
     answer = _excerpt(body, parsed)
     summary = f"email api {status}"
     if status in config.not_acted_statuses:
-        return problem_outcome("retryable", "provider_error",
+        return problem_outcome("free", "provider_error",
                                f"the email provider answered {status}: it did not send the "
                                "email; the key is free again", summary,
                                provider_status=status, provider_answer=answer)

@@ -56,7 +56,7 @@ def _refusal(e: aiosmtplib.SMTPResponseException, step: str) -> Outcome:
         return problem_outcome("failed", "provider_rejected",
                         f"the SMTP server refused the message at {step}: {e.code}",
                         f"smtp {e.code} at {step}", provider_status=e.code)
-    return problem_outcome("retryable", "provider_error",
+    return problem_outcome("free", "provider_error",
                     f"the SMTP server deferred the message at {step}: {e.code}; nothing was "
                     "sent, retry later", f"smtp {e.code} at {step}", provider_status=e.code)
 
@@ -150,7 +150,7 @@ class SmtpProvider:
                     "unknown", "provider_timeout", "the SMTP server did not answer in time "
                     "after the message was sent; its outcome is unknown",
                     "smtp timeout in DATA"), request_never_whole=writes.never_whole())
-            return problem_outcome("retryable", "provider_error",
+            return problem_outcome("free", "provider_error",
                             f"the SMTP server did not answer in time at {step[0]}; nothing "
                             "was sent", f"smtp timeout at {step[0]}")
         finally:
@@ -168,12 +168,12 @@ class SmtpProvider:
             except aiosmtplib.SMTPResponseException as e:
                 # greeting, STARTTLS or AUTH refused: nothing was sent, and the
                 # key must stay usable once the operator fixes the settings
-                return problem_outcome("retryable", "provider_error",
+                return problem_outcome("free", "provider_error",
                                        f"the SMTP server refused the connection: {e.code}; "
                                        "nothing was sent", f"smtp {e.code} at connect",
                                        provider_status=e.code)
             except (*_DISCONNECTS, aiosmtplib.SMTPException) as e:
-                return problem_outcome("retryable", "provider_error",
+                return problem_outcome("free", "provider_error",
                                 f"cannot connect to the SMTP server: {type(e).__name__}",
                                 "smtp connect failed")
             try:
@@ -197,7 +197,7 @@ class SmtpProvider:
             conn.close()
             if may_be_stale:
                 raise _StaleConnection from None  # nothing was sent: try a fresh one
-            return problem_outcome("retryable", "provider_error",
+            return problem_outcome("free", "provider_error",
                             "the SMTP server closed the connection before the message "
                             "was sent", "smtp disconnect before DATA")
         if isinstance(outcome, Outcome):

@@ -16,7 +16,7 @@ SELECT verdict, current_fence, effect_id, retry_after,
 -- name: finish_effect
 -- ($1 client, $2 key, $3 attempt nonce, $4 resource, $5 state, $6 status,
 --  $7 headers, $8 body, $9 summary, $10 the request never left this host
---  whole): recorded | freed | unknown | gone
+--  whole): succeeded | failed | free | unknown | gone (see fencegate_end_attempt)
 SELECT fencegate_finish_effect($1, $2, $3::bigint, $4, $5, $6::int, $7::jsonb, $8::bytea,
                                $9::text, $10::boolean);
 

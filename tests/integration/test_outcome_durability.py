@@ -84,7 +84,7 @@ async def test_a_free_is_flushed_before_its_caller_hears_of_it(pool: asyncpg.Poo
         await conn.execute("SET synchronous_commit = on")
         tx = conn.transaction()
         await tx.start()
-        assert await conn.fetchval(FINISH, "k", attempt, "free", None) == "freed"
+        assert await conn.fetchval(FINISH, "k", attempt, "free", None) == "free"
         before_commit = await conn.fetchval("SELECT pg_current_wal_insert_lsn()")
         await tx.commit()
         # the commit record lies past before_commit; a durable commit has

@@ -270,8 +270,8 @@ def test_sigv4_headers_are_added_by_botocore() -> None:
 
 @pytest.mark.parametrize(("status", "kind", "code"), [
     (200, "succeeded", None), (202, "succeeded", None),
-    (429, "retryable", "provider_error"), (503, "retryable", "provider_error"),
-    (401, "retryable", "provider_error"),  # Resend: a refused key sent nothing
+    (429, "free", "provider_error"), (503, "free", "provider_error"),
+    (401, "free", "provider_error"),  # Resend: a refused key sent nothing
     (409, "unknown", "provider_outcome_unknown"),  # Resend: our key is in progress
     (500, "unknown", "provider_outcome_unknown"), (504, "unknown", "provider_timeout"),
     (501, "unknown", "provider_outcome_unknown"), (302, "unknown", "provider_outcome_unknown"),

@@ -429,11 +429,13 @@ BEGIN
 END
 $$;
 
--- The end of one attempt, found by its nonce. Answers what it did:
---   recorded  the outcome is stored (succeeded or failed)
---   freed     the provider certainly did not act: the key is free again
---   unknown   the outcome is unknown (or a resend was not made: the first
---             attempt may have landed, so the key is not free)
+-- The end of one attempt, found by its nonce; p_state is what the attempt
+-- came to (gateway.wire.AttemptEnd). Answers what it made of it
+-- (gateway.wire.Finished):
+--   succeeded, failed  as given: the provider's answer is stored
+--   free      the provider certainly did not act: the key is free again
+--   unknown   the outcome is unknown (or, for a free, a resend was made: the
+--             first attempt may have landed, so the key is not free)
 --   gone      nothing matched: already ended (a retry of this call), or
 --             replaced by a later attempt, or (for a free) never admitted:
 --             then the nonce is remembered as abandoned, so an admission
@@ -468,7 +470,7 @@ BEGIN
          WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
            AND attempts = 1
         RETURNING resource, fence INTO r_resource, r_fence;
-        answer := 'freed';
+        answer := 'free';
         IF NOT FOUND THEN
             UPDATE fencegate_effects
                SET state = 'unknown', attempt = NULL, updated_at = clock_timestamp()
@@ -485,7 +487,7 @@ BEGIN
                updated_at = clock_timestamp()
          WHERE client = p_client AND idempotency_key = p_key AND attempt = p_attempt
         RETURNING resource, fence INTO r_resource, r_fence;
-        answer := 'recorded';
+        answer := p_state;
     END IF;
     IF NOT FOUND THEN
         IF p_state = 'free' THEN
