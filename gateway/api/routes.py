@@ -12,7 +12,7 @@ from typing import Any, Literal
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 
-from gateway.api import parsing, schemas
+from gateway.api import email_body, parsing, schemas
 from gateway.api.auth import check_provider, check_resource
 from gateway.api.leases import body_field, claim_lease, release_lease, renew_lease, show_lease
 from gateway.api.problems import Problem
@@ -93,10 +93,10 @@ async def send_email(request: web.Request) -> web.StreamResponse:
     gw = gw_of(request)
     headers = checked_headers(request)
     raw = await read_body(request)
-    email = parsing.email_request(parsing.json_value(raw))
+    email = email_body.email_request(parsing.json_value(raw))
     provider = email_provider(gw, email.provider)
     check_provider(client_of(request), provider.config.name)
-    parsing.owned_header(email, provider.config.idempotency_header)
+    email_body.owned_header(email, provider.config.idempotency_header)
     effect = Effect.email(client_of(request).name, headers, provider, email, raw)
     return await run_effect(gw, effect)
 
@@ -209,12 +209,12 @@ _EMAIL_SCHEMA = {
         "reply_to": {"type": "string"}, "subject": {"type": "string"},
         "text": {"type": "string"}, "html": {"type": "string"},
         "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-        "attachments": {"type": "array", "maxItems": parsing.MAX_ATTACHMENTS, "items": {
+        "attachments": {"type": "array", "maxItems": email_body.MAX_ATTACHMENTS, "items": {
             "type": "object", "required": ["filename", "content"],
             "additionalProperties": False,
             "properties": {
                 "filename": {"type": "string", "minLength": 1,
-                             "maxLength": parsing.MAX_FILENAME},
+                             "maxLength": email_body.MAX_FILENAME},
                 "content": {"type": "string", "contentEncoding": "base64"},
                 "content_type": {"type": "string"},
             }}},

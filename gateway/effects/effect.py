@@ -25,7 +25,8 @@ from typing import NoReturn
 
 from aiohttp import web
 
-from gateway.api.parsing import EffectHeaders, EmailRequest
+from gateway.api.email_body import EmailRequest
+from gateway.api.parsing import EffectHeaders
 from gateway.api.problems import PROBLEM_MEMBERS, Problem
 from gateway.effects import fingerprint, resend, summary
 from gateway.effects.attempt import send_once

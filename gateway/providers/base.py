@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.api.parsing import EmailRequest
+from gateway.api.email_body import EmailRequest
 from gateway.api.problems import Problem
 from gateway.config import ProviderConfig
 from gateway.effects.deadline import Deadline

@@ -16,7 +16,7 @@ from email.parser import BytesParser
 from email.policy import SMTP, compat32
 from email.utils import formatdate
 
-from gateway.api.parsing import addr_spec
+from gateway.api.email_body import addr_spec
 from gateway.effects.fingerprint import message_id
 from gateway.providers.base import EmailCall
 from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gateway import config
-from gateway.api import parsing
+from gateway.api.email_body import email_request
+from gateway.api.problems import Problem
 from gateway.config import fill, presets
 from gateway.effects import fingerprint
 from gateway.errors import ConfigError
@@ -179,13 +180,13 @@ def email_body(**over: Any) -> dict[str, Any]:
     ([{"filename": "a", "content": ""}] * 51, "attachments"),
 ])
 def test_attachments_are_checked_and_the_field_named(attachments: Any, field: str) -> None:
-    with pytest.raises(parsing.Problem) as e:
-        parsing.email_request(email_body(attachments=attachments))
+    with pytest.raises(Problem) as e:
+        email_request(email_body(attachments=attachments))
     assert e.value.extra["field"] == field
 
 
 def test_an_attachment_type_defaults_from_its_name() -> None:
-    req = parsing.email_request(email_body(attachments=[
+    req = email_request(email_body(attachments=[
         {"filename": "a.pdf", "content": base64.b64encode(b"%PDF").decode()},
         {"filename": "blob", "content": ""}]))
     assert [(a.content_type, a.content) for a in req.attachments] == \
@@ -195,7 +196,7 @@ def test_an_attachment_type_defaults_from_its_name() -> None:
 def call_of(**over: Any) -> EmailCall:
     body = email_body(cc=["c@example.com"], bcc=["hidden@example.com"], html="<p>T</p>",
                       reply_to="r@example.com", headers={"X-Campaign": "c1"}, **over)
-    return EmailCall("agents", "k1", "run:1", 7, email=parsing.email_request(body))
+    return EmailCall("agents", "k1", "run:1", 7, email=email_request(body))
 
 
 def test_the_mime_message_carries_the_attachments() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.api.parsing import Attachment, EmailRequest
+from gateway.api.email_body import Attachment, EmailRequest
 from gateway.effects.summary import MAX_CHARS, MAX_ITEMS, email_summary, http_summary, target
 from gateway.providers import EmailCall, HttpCall
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.api.parsing import addr_spec
+from gateway.api.email_body import addr_spec
 from gateway.config import HttpProviderConfig
 from gateway.providers.base import EmailCall
 

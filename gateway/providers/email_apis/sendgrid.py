@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.api.parsing import mailbox
+from gateway.api.email_body import mailbox
 from gateway.config import HttpProviderConfig
 from gateway.providers.base import EmailCall
 from gateway.providers.email_apis.base import ApiRequest, EmailApi, json_body

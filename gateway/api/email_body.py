@@ -1,0 +1,308 @@
+"""Pure checks of the body of ``POST /v1/email``: the addresses, the text
+that goes into headers (no line breaks, no encoded word that decodes to
+one), the caller's own headers and attachments, into an ``EmailRequest``.
+
+The SMTP envelope and every email API's address fields are made from the
+parts these checks validated (``mailbox``, ``addr_spec``). Every failure is
+a ``Problem("bad_request")`` whose detail names the field (``parsing.bad``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import mimetypes
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.api.parsing import bad
+from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN
+
+_ADDR = re.compile(r"[^\s@<>()\[\],;:\"\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+#: "addr" or "Display Name <addr>"; the name without quotes, brackets or backslashes
+_MAILBOX = re.compile(r'(?:[^<>"\\]*?\s*<(?P<addr>[^<>\s]+)>|(?P<bare>[^<>\s]+))')
+#: what makes a display name read as more than a name: another address, a
+#: list, a group, a comment
+_NAME_SPECIALS = "@,;:()[]"
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+MAX_RECIPIENTS = 100
+MAX_SUBJECT = 998
+MAX_ATTACHMENTS = 50
+MAX_FILENAME = 255
+#: type/subtype as RFC 6838 names them, without parameters
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/"
+                         r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
+
+#: headers an email's "headers" field may not set, in any letter case: the
+#: gateway owns them (the fence headers too: receivers check them). The
+#: provider's idempotency header is refused by ``owned_header``.
+RESERVED_EMAIL_HEADERS = frozenset({
+    "from", "to", "cc", "bcc", "reply-to", "subject", "message-id", "date", "sender",
+    "mime-version", "content-type", "content-transfer-encoding", "return-path", "received",
+    FENCE_RESOURCE.lower(), FENCE_TOKEN.lower(),
+})
+
+
+#: what the email package breaks a header line at, or what no header may
+#: carry: C0 controls but tab, DEL, C1 controls (\x85 among them), and the
+#: Unicode line and paragraph separators
+_NOT_IN_HEADERS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+#: an RFC 2047 encoded word: =?charset?Q|B?text?=. The text may hold
+#: whitespace: the email package decodes such a word too (with a defect)
+_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([QqBb])\?([^?]*?)\?=")
+
+
+def _word_bytes(encoding: str, text: str) -> bytes | None:
+    """The bytes one encoded word stands for (None: not decodable, and the
+    email package writes it out as it is)."""
+    try:
+        if encoding in "Qq":
+            return binascii.a2b_qp(text.encode("ascii"), header=True)
+        return base64.b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, binascii.Error):
+        return None
+
+
+def _word_text(charset: str, data: bytes) -> str:
+    try:
+        return data.decode(charset.partition("*")[0] or "ascii", errors="replace")
+    except LookupError:
+        return data.decode("ascii", errors="replace")
+
+
+def _decodes_to_controls(charset: str, encoding: str, text: str) -> bool:
+    """Whether one encoded word stands for a control character or a line
+    break: in its bytes (whatever the charset), or in its text."""
+    data = _word_bytes(encoding, text)
+    if data is None:
+        return False
+    if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data):
+        return True
+    return _NOT_IN_HEADERS.search(_word_text(charset, data)) is not None
+
+
+def decoded_words(value: str) -> str:
+    """``value`` with every RFC 2047 encoded word replaced by the text it
+    stands for: what the email package, a receiver, or an email API reads
+    out of a display name or a filename."""
+    def one(m: re.Match[str]) -> str:
+        charset, encoding, text = m.groups()
+        data = _word_bytes(encoding, text)
+        return m.group(0) if data is None else _word_text(charset, data)
+    return _ENCODED_WORD.sub(one, value)
+
+
+def header_text(field: str, value: str) -> str:
+    """Text that goes into an email header (a subject, a header value, a
+    display name, a filename): refused if it holds a character the email
+    package breaks lines at, or an RFC 2047 encoded word that decodes to one
+    (CVE-2024-6923: an unpatched email package writes it out raw). Whether
+    this interpreter is patched does not matter: both are refused."""
+    if _NOT_IN_HEADERS.search(value):
+        raise bad(field, "must not contain line breaks or control characters")
+    if any(_decodes_to_controls(*m.groups()) for m in _ENCODED_WORD.finditer(value)):
+        raise bad(field, "must not contain an encoded word (RFC 2047) that decodes to "
+                  "line breaks or control characters")
+    return value
+
+
+def mailbox(value: str) -> tuple[str, str]:
+    """``(display name, addr-spec)`` of an address ``address`` accepted: the
+    parts it validated, exactly. The SMTP envelope and every API's address
+    fields are made from these, never from a second parser's reading."""
+    m = _MAILBOX.fullmatch(value.strip())
+    assert m is not None, "address() accepted it"
+    if m.group("bare"):
+        return "", m.group("bare")
+    return value.strip()[: m.start("addr") - 1].strip(), m.group("addr")
+
+
+def addr_spec(value: str) -> str:
+    """The addr-spec of an address ``address`` accepted."""
+    return mailbox(value)[1]
+
+
+def address(field: str, value: Any) -> str:
+    """One address, bare or ``Name <addr>``, returned as given. A display name
+    holding an address-like token (``@``, or a comma, semicolon, colon,
+    parenthesis or bracket that make a list, a group or a comment of it) is
+    refused: a receiver, or a parser other than ours, would read another
+    address out of it."""
+    if not isinstance(value, str) or not value:
+        raise bad(field, "must be an email address")
+    header_text(field, value)
+    m = _MAILBOX.fullmatch(value.strip())
+    addr = m and (m.group("addr") or m.group("bare"))
+    if not addr or not _ADDR.fullmatch(addr) or ".." in addr.split("@")[1] or \
+            addr.endswith("."):
+        raise bad(field, f"{value[:200]!r} is not a valid email address")
+    if not addr.isascii():  # the SMTP envelope is ASCII: no SMTPUTF8 (RFC 6531)
+        raise bad(field, "the address (not its display name) must be ASCII: "
+                  "internationalized addresses are not supported")
+    name = mailbox(value)[0]
+    if any(ch in name for ch in _NAME_SPECIALS):
+        raise bad(field, "the display name must not contain any of " + _NAME_SPECIALS)
+    # an encoded word is decoded by the email package and by every reader:
+    # what it stands for is the name, held to the same rule (and no quotes,
+    # brackets or backslashes, which a plain name cannot hold either)
+    if any(ch in decoded_words(name) for ch in _NAME_SPECIALS + '<>"\\'):
+        raise bad(field, "the display name must not contain an encoded word (RFC 2047) "
+                  "that decodes to any of " + _NAME_SPECIALS + '<>"\\')
+    return value
+
+
+def address_list(field: str, value: Any, required: bool) -> list[str]:
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or (required and not value):
+        raise bad(field, "must be a non-empty list of addresses" if required
+                  else "must be a list of addresses")
+    if len(value) > MAX_RECIPIENTS:
+        raise bad(field, f"at most {MAX_RECIPIENTS} addresses")
+    return [address(f"{field}[{i}]", v) for i, v in enumerate(value)]
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One attached file: its name, its media type, and its bytes."""
+
+    filename: str
+    content_type: str
+    content: bytes
+
+    @property
+    def base64(self) -> str:
+        return base64.b64encode(self.content).decode("ascii")
+
+
+@dataclass(frozen=True)
+class EmailRequest:
+    provider: str | None
+    sender: str
+    to: list[str]
+    cc: list[str]
+    bcc: list[str]
+    reply_to: str | None
+    subject: str
+    text: str | None
+    html: str | None
+    headers: dict[str, str]
+    attachments: tuple[Attachment, ...] = ()
+
+    @property
+    def recipients(self) -> list[str]:
+        """The envelope's recipients (RCPT TO): the validated addr-specs."""
+        return [addr_spec(a) for a in (*self.to, *self.cc, *self.bcc)]
+
+    @property
+    def envelope_sender(self) -> str:
+        """The envelope's sender (MAIL FROM): the validated addr-spec."""
+        return addr_spec(self.sender)
+
+
+def extra_headers(extra: Any) -> dict[str, str]:
+    """The caller's own email headers: valid names, no CR/LF, none the gateway sets."""
+    if not isinstance(extra, dict):
+        raise bad("headers", "must be an object of header names to values")
+    for name, value in extra.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise bad("headers", f"{name[:64]!r} is not a valid header name")
+        if name.lower() in RESERVED_EMAIL_HEADERS:
+            raise bad(f"headers.{name}", "is set by the gateway")
+        if not isinstance(value, str):
+            raise bad(f"headers.{name}", "must be a string")
+        header_text(f"headers.{name}", value)
+    return dict(extra)
+
+
+def owned_header(email: EmailRequest, name: str) -> None:
+    """Refuse an email whose own headers name ``name`` (in any letter case):
+    a header the provider's configuration has the gateway set (its
+    idempotency header)."""
+    for header in email.headers:
+        if name and header.lower() == name.lower():
+            raise bad(f"headers.{header}", "is set by the gateway")
+
+
+def attachment(field: str, value: Any) -> Attachment:
+    """One entry of ``attachments``: ``{"filename", "content" (base64),
+    "content_type"?}``. The whole body is already within ``max_body_bytes``."""
+    if not isinstance(value, dict):
+        raise bad(field, "must be an object with filename and content")
+    for key in value:
+        if key not in ("filename", "content", "content_type"):
+            raise bad(f"{field}.{str(key)[:64]}", "is not a known field")
+    filename = value.get("filename")
+    if not isinstance(filename, str) or not 0 < len(filename) <= MAX_FILENAME:
+        raise bad(f"{field}.filename", f"must be 1 to {MAX_FILENAME} characters")
+    if any(ch in filename or ch in decoded_words(filename) for ch in '/\\"'):
+        raise bad(f"{field}.filename", "must not contain quotes or path separators, "
+                  "nor an encoded word (RFC 2047) that decodes to one")
+    header_text(f"{field}.filename", filename)
+    content = value.get("content")
+    if not isinstance(content, str):
+        raise bad(f"{field}.content", "is required: the file's bytes in base64")
+    try:
+        data = base64.b64decode(content, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad(f"{field}.content", "must be base64 (RFC 4648, no line breaks)") from None
+    content_type = value.get("content_type")
+    if content_type is None:
+        content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    elif not isinstance(content_type, str) or not _MEDIA_TYPE.fullmatch(content_type):
+        raise bad(f"{field}.content_type", "must be a media type such as application/pdf")
+    return Attachment(filename, content_type.lower(), data)
+
+
+def attachment_list(value: Any) -> tuple[Attachment, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise bad("attachments", "must be a list of attachments")
+    if len(value) > MAX_ATTACHMENTS:
+        raise bad("attachments", f"at most {MAX_ATTACHMENTS} attachments")
+    return tuple(attachment(f"attachments[{i}]", v) for i, v in enumerate(value))
+
+
+_EMAIL_FIELDS = {"provider", "from", "to", "cc", "bcc", "reply_to", "subject", "text", "html",
+                 "headers", "attachments"}
+
+
+def email_request(body: Any) -> EmailRequest:
+    """Check the body of ``POST /v1/email``."""
+    if not isinstance(body, dict):
+        raise bad("body", "must be a JSON object")
+    for key in body:
+        if key not in _EMAIL_FIELDS:
+            raise bad(str(key)[:64], "is not a known field")
+    provider = body.get("provider")
+    if provider is not None and not isinstance(provider, str):
+        raise bad("provider", "must be a string")
+    subject = body.get("subject")
+    if not isinstance(subject, str):
+        raise bad("subject", "is required and must be a string")
+    if len(subject) > MAX_SUBJECT:
+        raise bad("subject", f"at most {MAX_SUBJECT} characters")
+    header_text("subject", subject)
+    text, html = body.get("text"), body.get("html")
+    for name, part in (("text", text), ("html", html)):
+        if part is not None and not isinstance(part, str):
+            raise bad(name, "must be a string")
+    if text is None and html is None:
+        raise bad("text", "text or html is required")
+    extra = extra_headers(body.get("headers") or {})
+    reply_to = body.get("reply_to")
+    return EmailRequest(
+        provider=provider,
+        sender=address("from", body.get("from")),
+        to=address_list("to", body.get("to"), required=True),
+        cc=address_list("cc", body.get("cc"), required=False),
+        bcc=address_list("bcc", body.get("bcc"), required=False),
+        reply_to=None if reply_to is None else address("reply_to", reply_to),
+        subject=subject,
+        text=text,
+        html=html,
+        headers=extra,
+        attachments=attachment_list(body.get("attachments")),
+    )
