@@ -4,6 +4,7 @@ from .client import LeaseClient, LeaseInfo
 from .db import Database
 from .errors import (
     Busy,
+    FenceRefused,
     InvalidArgument,
     LeaseLost,
     LeasesError,
@@ -20,6 +21,7 @@ from .worker import Worker
 __all__ = [
     "Busy",
     "Database",
+    "FenceRefused",
     "InvalidArgument",
     "Job",
     "Lease",

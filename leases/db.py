@@ -114,9 +114,16 @@ class Database:
 
 
     @contextlib.asynccontextmanager
-    async def _connection(self, keeping: bool = False) -> AsyncIterator[asyncpg.Connection]:
+    async def _connection(self, keeping: bool = False,
+                          given: asyncpg.Connection | None = None,
+                          ) -> AsyncIterator[asyncpg.Connection]:
         """A connection of the pool, or ``Busy`` when none came free in time
-        (nothing was sent), or ``Unavailable`` when none could be made."""
+        (nothing was sent), or ``Unavailable`` when none could be made; or
+        the caller's own (``given``: a statement in its transaction)."""
+        if given is not None:
+            async with database.answered(self.timeout):
+                yield given
+            return
         async with database.answered(self.timeout):
             pool = await (self._keeping_pool() if keeping else self.connect())
             # waiting for one of a full pool's connections is bounded by the
@@ -137,22 +144,26 @@ class Database:
             finally:
                 await pool.release(conn)
 
-    async def fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
-        """Run the statement ``name`` of leases/sql; its rows."""
-        async with self._connection() as conn:
+    async def fetch(self, name: str, *args: Any,
+                    connection: asyncpg.Connection | None = None) -> list[asyncpg.Record]:
+        """Run the statement ``name`` of leases/sql (on ``connection``, the
+        caller's, when given); its rows."""
+        async with self._connection(given=connection) as conn:
             rows: list[asyncpg.Record] = await conn.fetch(sql.query(name), *args)
             return rows
 
     async def fetchrow(self, name: str, *args: Any, keeping: bool = False,
+                       connection: asyncpg.Connection | None = None,
                        ) -> asyncpg.Record | None:
         """Run the statement ``name`` of leases/sql; its first row, or None."""
-        async with self._connection(keeping) as conn:
+        async with self._connection(keeping, connection) as conn:
             row: asyncpg.Record | None = await conn.fetchrow(sql.query(name), *args)
             return row
 
-    async def fetchval(self, name: str, *args: Any) -> Any:
+    async def fetchval(self, name: str, *args: Any,
+                       connection: asyncpg.Connection | None = None) -> Any:
         """Run the statement ``name`` of leases/sql; its first value."""
-        async with self._connection() as conn:
+        async with self._connection(given=connection) as conn:
             return await conn.fetchval(sql.query(name), *args)
 
     async def fetch_keeping(self, name: str, *args: Any) -> list[asyncpg.Record]:

@@ -2,6 +2,8 @@
 
     LeasesError
     ├── LeaseLost                the guarded block was cancelled: ownership is gone
+    │   └── FenceRefused         the database refused a fenced write (SQLSTATE FG412):
+    │                            the caller's transaction rolls back
     ├── Unavailable              the database gave no answer (unreachable, too slow):
     │                            not a refusal, and what was asked may have happened
     ├── Busy                     no connection of the pool was free in time: nothing
@@ -52,6 +54,25 @@ class LeaseLost(LeasesError):
         self.reason: LostReason = reason
         message = f"lease on {resource!r} (fence {fence}) lost: {reason}"
         super().__init__(f"{message} ({detail})" if detail else message)
+
+
+#: the reasons of FG412, the refusal of a fenced write (CONTRACT.md, "Fenced
+#: writes in your own transaction"): the message of the database's error
+FenceRefusal = Literal["stale_fence", "lease_expired", "no_lease", "invalid_fence"]
+
+#: the SQLSTATE of that refusal
+FENCE_REFUSED_SQLSTATE = "FG412"
+
+
+class FenceRefused(LeaseLost):
+    """The database refused a write fenced by this lease inside the caller's
+    transaction (``fencegate_check_fence``, ``fencegate_complete_job``):
+    ``code`` says why (a newer fence, a lapsed lease, no lease, a fence never
+    issued). The transaction is aborted: nothing it wrote commits."""
+
+    def __init__(self, resource: str, fence: int, code: FenceRefusal, detail: str = "") -> None:
+        self.code: FenceRefusal = code
+        super().__init__(resource, fence, "taken", f"{code}: {detail}" if detail else code)
 
 
 class Unavailable(LeasesError):

@@ -7,12 +7,13 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from . import clock, policy
+from . import clock, fenced, policy
 from .alarm import Alarm
 from .errors import Busy, LeaseLost, LostReason, Unavailable
 
@@ -112,10 +113,51 @@ class Lease:
         else:
             self._confirmed(sent_at, expires_at)
 
+    async def check_fence(self, conn: asyncpg.Connection) -> None:
+        """The fence check in the caller's transaction on ``conn`` (a
+        connection to the fencegate database): raises ``FenceRefused`` unless
+        this lease's fence is current and the lease live by the database
+        clock; passed, no newer fence of the resource is granted until that
+        transaction ends. Raises ``LeaseLost`` first if the lease is already
+        known lost here."""
+        self.check()
+        await fenced.check_fence(conn, self.resource, self.fence)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, conn: asyncpg.Connection,
+                          **options: Any) -> AsyncIterator[asyncpg.Connection]:
+        """``async with lease.transaction(conn):`` a transaction on ``conn``
+        (asyncpg's ``options``: isolation, readonly, deferrable) whose writes
+        commit only under this lease's fence: checked as it starts
+        (``check_fence``), and again locally before the commit, so a lease
+        lost meanwhile (lost-ownership mode) commits nothing. A refusal raises
+        ``FenceRefused`` (a ``LeaseLost``) and rolls everything back.
+
+        Keep the transaction short: while it is open the resource cannot be
+        claimed by anyone else, and PostgreSQL ends a session left idle in it
+        longer than the lease had left when it was checked."""
+        async with conn.transaction(**options):
+            await self.check_fence(conn)
+            yield conn
+            lost = self.lost  # no last commit once the lease is known lost
+            if lost is not None:
+                raise lost
+
     def ended_elsewhere(self) -> None:
-        """The lease was ended by another statement (a job's complete or fail):
-        leaving the block has nothing left to release."""
+        """The lease was ended by another statement (a job's complete or fail,
+        or a completion written in the caller's transaction): it is not
+        renewed any more, losing it cancels nothing, and leaving the block
+        has nothing left to release."""
         self._released = True
+        if self._alarm is not None:
+            self._alarm.close()
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None and keeper is not asyncio.current_task():
+            keeper.cancel()
+        renewing, self._renewing = self._renewing, None
+        if renewing is not None and not renewing.done():
+            self._pending.add(renewing)
+            renewing.add_done_callback(self._forget)
 
     async def release(self) -> bool:
         """Release now (and stop renewing)."""
@@ -138,7 +180,7 @@ class Lease:
                    "local safety deadline passed without a successful renewal")
 
     def _lose(self, reason: LostReason, detail: str) -> None:
-        if self._lost is not None:
+        if self._lost is not None or self._released:
             return
         self._lost = LeaseLost(self.resource, self.fence, reason, detail)
         log.warning("lease on %s (fence %s, owner %s) lost: %s (%s)", self.resource,

@@ -5,6 +5,7 @@ per-key ordering, and recovery of expired claims."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -17,7 +18,7 @@ from typing import Any, Literal
 
 import asyncpg
 
-from . import clock, policy
+from . import clock, fenced, policy
 from .client import LeaseClient
 from .errors import InvalidArgument
 from .lease import Lease
@@ -67,6 +68,17 @@ class Job:
     ordering_key: str | None
     priority: int
     lease: Lease
+    #: its completion was written in a caller's transaction (``complete(job,
+    #: connection=)``): the worker does not complete it again
+    completed_in_transaction: bool = False
+
+    def transaction(self, conn: asyncpg.Connection,
+                    **options: Any) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
+        """``async with job.transaction(conn):`` a transaction on ``conn``
+        whose writes commit only under this job's fence (``Lease.transaction``);
+        ``await queue.complete(job, connection=conn)`` inside it completes the
+        job in the same commit."""
+        return self.lease.transaction(conn, **options)
 
     @property
     def resource(self) -> str:
@@ -135,19 +147,26 @@ class Queue:
 
     async def enqueue(self, payload: Any, *, dedupe_key: str | None = None,
                       ordering_key: str | None = None, run_at: dt.datetime | None = None,
-                      max_attempts: int | None = None, priority: int = 0) -> int:
+                      max_attempts: int | None = None, priority: int = 0,
+                      connection: asyncpg.Connection | None = None) -> int:
         """Add one job; its id. The same ``dedupe_key`` again answers the first
-        job's id and adds nothing."""
+        job's id and adds nothing. With ``connection`` (the caller's, in its
+        transaction), the job exists only if that transaction commits: the
+        outbox, the business row and its job together or neither."""
         [job_id] = await self.enqueue_many([NewJob(payload, dedupe_key, ordering_key, run_at,
-                                                   max_attempts, priority)])
+                                                   max_attempts, priority)],
+                                           connection=connection)
         return job_id
 
-    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[int]:
+    async def enqueue_many(self, jobs: Sequence[NewJob], *,
+                           connection: asyncpg.Connection | None = None) -> list[int]:
         """Add jobs in one statement; their ids, in order (a deduplicated job
         answers the existing job's id)."""
-        return [done.id for done in await self.enqueue_reporting(jobs)]
+        return [done.id for done in await self.enqueue_reporting(jobs, connection=connection)]
 
-    async def enqueue_reporting(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+    async def enqueue_reporting(self, jobs: Sequence[NewJob], *,
+                                connection: asyncpg.Connection | None = None,
+                                ) -> list[Enqueued]:
         """``enqueue_many``, saying of each job whether it was deduplicated."""
         if not jobs:
             return []
@@ -161,13 +180,14 @@ class Queue:
             [json.dumps(j.payload) for j in jobs], [j.dedupe_key for j in jobs],
             [j.ordering_key for j in jobs], [j.run_at for j in jobs],
             [j.max_attempts or self.retry.max_attempts for j in jobs],
-            [j.priority for j in jobs],
+            [j.priority for j in jobs], connection=connection,
         )
         inserted = [r["id"] for r in rows]
         by_key = {r["dedupe_key"]: r["id"] for r in rows if r["dedupe_key"] is not None}
         missing = [k for k in keys if k not in by_key]
         if missing:  # deduplicated: the first job's id, read in a fresh snapshot
-            found = await self.client.fetch("find_deduplicated", self.name, missing)
+            found = await self.client.fetch("find_deduplicated", self.name, missing,
+                                            connection=connection)
             by_key.update({r["dedupe_key"]: r["id"] for r in found})
         # rows come back in insertion order, which is the order given
         plain = iter(r["id"] for r in rows if r["dedupe_key"] is None)
@@ -218,10 +238,26 @@ class Queue:
                    r["max_attempts"], r["fence"], r["dedupe_key"], r["ordering_key"],
                    r["priority"], lease)
 
-    async def complete(self, job: Job, result_ref: str | None = None) -> bool:
+    async def complete(self, job: Job, result_ref: str | None = None, *,
+                       connection: asyncpg.Connection | None = None) -> bool:
         """Mark the job done, if its fence is still current and its lease live.
         False: a newer claim owns it, or its lease lapsed (this holder was a
-        zombie), and nothing changed."""
+        zombie), and nothing changed.
+
+        With ``connection`` (the caller's, in its transaction, e.g. inside
+        ``job.transaction(conn)``) the completion commits with the caller's
+        own writes: True, or ``FenceRefused`` (the transaction is aborted, so
+        a zombie's writes roll back). The job's lease is no longer renewed from
+        then on: should that transaction roll back after all, the lease lapses
+        and the job runs again."""
+        if connection is not None:
+            async with fenced.refusals(job.lease.resource, job.fence):
+                await self.client.fetchval("complete_job_in_transaction", self.name, job.id,
+                                           job.fence, result_ref, connection=connection)
+            job.completed_in_transaction = True
+            job.lease.ended_elsewhere()
+            JOBS.labels(queue=self.name, event="completed").inc()
+            return True
         row = await self.client.fetchrow("complete_job", job.id, job.fence, result_ref)
         if row is not None:
             job.lease.ended_elsewhere()
@@ -242,14 +278,20 @@ class Queue:
             JOBS.labels(queue=self.name, event="completed").inc(len(counted))
         return counted
 
-    async def fail(self, job: Job, error: BaseException | str,
+    async def fail(self, job: Job, error: BaseException | str, *,
+                   connection: asyncpg.Connection | None = None,
                    ) -> Literal["queued", "dead"] | None:
         """Record a failed attempt, if the fence is still current and the lease
         live: answers ``"queued"`` (retried after a backoff), ``"dead"``, or
-        ``None`` (stale: a newer claim, or a lapsed lease)."""
+        ``None`` (stale: a newer claim, or a lapsed lease). With
+        ``connection`` (the caller's, in its transaction) it is fenced as
+        ``complete`` is: a stale fence raises ``FenceRefused``."""
         decision = self.retry.decide(job.attempts, job.max_attempts, self._rng)
+        if connection is not None:
+            await fenced.check_fence(connection, job.lease.resource, job.fence)
         state = await self.client.fetchval("fail_job", job.id, job.fence,
-                                    error_text(error), decision.delay_seconds)
+                                    error_text(error), decision.delay_seconds,
+                                    connection=connection)
         if state is not None:
             job.lease.ended_elsewhere()
             JOBS.labels(queue=self.name, event="retried" if state == "queued" else "dead").inc()

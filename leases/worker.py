@@ -421,6 +421,8 @@ class Worker:
                     # cancelled): a failed attempt like any other error
                     await self._record_failure(job, exc)
                 else:
+                    if job.completed_in_transaction:
+                        return  # the handler completed it in its own transaction
                     self._still_ours(job)
                     await self._record_end(job, result, slot)
         except LeaseLost as lost:

@@ -246,3 +246,9 @@ SELECT id, queue, state, payload, attempts, max_attempts, run_at, finished_at, l
  WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)
  ORDER BY id DESC
  LIMIT $3 OFFSET $4;
+
+-- name: complete_job_in_transaction
+-- Completes the job in the caller's transaction ($1 queue, $2 id, $3 fence,
+-- $4 result ref): true, or SQLSTATE FG412 with the reason, so the caller's
+-- writes roll back with it (fencegate_complete_job, schema.sql)
+SELECT fencegate_complete_job($1, $2, $3, $4);

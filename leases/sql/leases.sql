@@ -80,3 +80,9 @@ SELECT resource, owner, fence, claimed_at, expires_at,
    AND ($2::text IS NULL OR ($2 = 'live') = (expires_at > clock_timestamp()))
  ORDER BY claimed_at DESC, resource
  LIMIT $3 OFFSET $4;
+
+-- name: check_fence
+-- Inside the caller's transaction: passes only for the current fence of a live
+-- lease, else SQLSTATE FG412 (the reason as its message); passed, no newer
+-- fence is granted until the transaction ends (fencegate_check_fence, schema.sql)
+SELECT fencegate_check_fence($1, $2);

@@ -43,25 +43,78 @@ CREATE TABLE fencegate_leases (
 -- (p_same_owner) its live lease is the caller's, and no effect of the
 -- previous fence is still in flight (the drain barrier). The new fence is one
 -- more than the last, and never below the database clock in microseconds.
--- ROWS 1: what it returns, for the planner (a job claim joins it to the jobs
--- by primary key rather than scanning them all).
+-- The row is locked FOR UPDATE first, so a claim is never granted while a
+-- fenced transaction (fencegate_check_fence) is open on the resource: it is
+-- answered as held. ROWS 1: what it returns, for the planner (a job claim
+-- joins it to the jobs by primary key rather than scanning them all).
 CREATE FUNCTION fencegate_claim_lease(
     p_resource text, p_owner text, p_ttl double precision, p_same_owner boolean
 ) RETURNS SETOF fencegate_leases
-LANGUAGE sql VOLATILE ROWS 1 AS $$
-    INSERT INTO fencegate_leases AS l (resource, owner, fence, claimed_at, expires_at)
-    VALUES (p_resource, p_owner, fencegate_next_fence(0), clock_timestamp(),
-            clock_timestamp() + make_interval(secs => p_ttl))
-    ON CONFLICT (resource) DO UPDATE
-       SET owner = excluded.owner,
-           fence = fencegate_next_fence(l.fence),
-           claimed_at = clock_timestamp(),
-           expires_at = clock_timestamp() + make_interval(secs => p_ttl),
-           inflight = 0,
-           drain_until = NULL
-     WHERE (l.expires_at <= clock_timestamp() OR (p_same_owner AND l.owner = excluded.owner))
-       AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())
-    RETURNING *
+LANGUAGE plpgsql VOLATILE ROWS 1 AS $$
+DECLARE
+    l fencegate_leases%ROWTYPE;
+    waited text;
+BEGIN
+    LOOP
+        -- FOR UPDATE: the one lock that a fenced transaction's FOR KEY SHARE
+        -- (fencegate_check_fence) holds back. Renewals and admissions take
+        -- FOR NO KEY UPDATE, which it does not.
+        SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource;
+            IF NOT FOUND THEN
+                INSERT INTO fencegate_leases (resource, owner, fence, claimed_at, expires_at)
+                VALUES (p_resource, p_owner, fencegate_next_fence(0), clock_timestamp(),
+                        clock_timestamp() + make_interval(secs => p_ttl))
+                ON CONFLICT (resource) DO NOTHING
+                RETURNING * INTO l;
+                IF FOUND THEN
+                    RETURN NEXT l;
+                    RETURN;
+                END IF;
+                CONTINUE;  -- another claim made the row meanwhile: look again
+            END IF;
+            -- Another transaction holds the row. A claim that loses anyway
+            -- does not wait; one that could win waits for the row, at most
+            -- 250 ms, then is answered as held: a fenced transaction still
+            -- open (or any other lock held that long) keeps the resource.
+            IF NOT ((l.expires_at <= clock_timestamp()
+                     OR (p_same_owner AND l.owner = p_owner))
+                    AND (l.inflight = 0 OR l.drain_until <= clock_timestamp())) THEN
+                RETURN;
+            END IF;
+            waited := current_setting('lock_timeout');
+            BEGIN
+                IF waited = '0' OR waited::interval > interval '250 ms' THEN
+                    PERFORM set_config('lock_timeout', '250ms', true);
+                END IF;
+                SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource FOR UPDATE;
+                PERFORM set_config('lock_timeout', waited, true);
+            EXCEPTION WHEN lock_not_available THEN
+                RETURN;
+            END;
+            IF NOT FOUND THEN
+                CONTINUE;  -- purged meanwhile
+            END IF;
+        END IF;
+        -- the lease rules, on the row's newest version, locked
+        IF (l.expires_at <= clock_timestamp() OR (p_same_owner AND l.owner = p_owner))
+           AND (l.inflight = 0 OR l.drain_until <= clock_timestamp()) THEN
+            UPDATE fencegate_leases
+               SET owner = p_owner,
+                   fence = fencegate_next_fence(l.fence),
+                   claimed_at = clock_timestamp(),
+                   expires_at = clock_timestamp() + make_interval(secs => p_ttl),
+                   inflight = 0,
+                   drain_until = NULL
+             WHERE resource = p_resource
+            RETURNING * INTO l;
+            RETURN NEXT l;
+        END IF;
+        RETURN;
+    END LOOP;
+END
 $$;
 
 -- Claims abandoned for good: a claim of the lease API under an owner made up
@@ -243,6 +296,51 @@ BEGIN
      WHERE resource = p_resource AND owner = p_owner AND expires_at > clock_timestamp()
     RETURNING fence INTO ended;
     RETURN ended;
+END
+$$;
+
+-- ---- fenced writes in the caller's own transaction ------------------------------
+
+-- Passes only if `fence` is the current fence of a live lease on `resource`,
+-- by the database clock; otherwise raises SQLSTATE FG412 whose message is the
+-- reason, so the caller's writes roll back with it. Called inside the caller's
+-- own transaction (any driver), it holds the lease row FOR KEY SHARE until
+-- that transaction ends: the FOR UPDATE of a claim (fencegate_claim_lease)
+-- waits for it, so no newer fence is granted while the transaction is open,
+-- and a write it commits can never overlap the next holder. The holder's own
+-- renewals and admissions take FOR NO KEY UPDATE, which it does not hold
+-- back. (Taken in a savepoint that is rolled back to, the lock goes with it.)
+-- A stalled caller cannot keep the resource forever: the transaction may sit
+-- idle at most as long as the lease had left (idle_in_transaction_session_
+-- timeout, for this transaction only, unless the caller set a lower one);
+-- then PostgreSQL ends the session and the transaction rolls back.
+CREATE FUNCTION fencegate_check_fence(resource text, fence bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    l fencegate_leases%ROWTYPE;
+    left_ms bigint;
+    idle text;
+BEGIN
+    SELECT * INTO l FROM fencegate_leases
+     WHERE fencegate_leases.resource = fencegate_check_fence.resource
+       FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'no_lease';
+    ELSIF fencegate_check_fence.fence IS NULL
+          OR fencegate_check_fence.fence > l.fence THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'invalid_fence';
+    ELSIF fencegate_check_fence.fence < l.fence THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'stale_fence',
+              DETAIL = format('the current fence of %s is %s', l.resource, l.fence);
+    END IF;
+    left_ms := ceil(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000);
+    IF left_ms <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'lease_expired';
+    END IF;
+    idle := current_setting('idle_in_transaction_session_timeout');
+    IF idle = '0' OR idle::interval > make_interval(secs => left_ms / 1000.0) THEN
+        PERFORM set_config('idle_in_transaction_session_timeout', left_ms || 'ms', true);
+    END IF;
 END
 $$;
 
@@ -797,6 +895,80 @@ BEGIN
            AND l.fence = done.fence AND l.expires_at > clock_timestamp()
     )
     SELECT done.id FROM done;
+END
+$$;
+
+-- ---- the queue inside the caller's transaction ----------------------------------
+
+-- Enqueue one job in the caller's transaction (the outbox: the business row
+-- and its job commit together, or neither); the job's id, or for a dedupe
+-- key seen before the first job's id. max_attempts NULL: the default of
+-- leases.RetryPolicy (5).
+CREATE FUNCTION fencegate_enqueue_job(
+    queue text, payload jsonb, dedupe_key text DEFAULT NULL,
+    ordering_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL,
+    max_attempts int DEFAULT NULL, priority int DEFAULT 0
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    made bigint;
+BEGIN
+    LOOP
+        INSERT INTO fencegate_jobs AS j (queue, payload, dedupe_key, ordering_key, run_at,
+                                         max_attempts, priority)
+        VALUES ($1, $2, $3, $4, coalesce($5, clock_timestamp()), coalesce($6, 5),
+                coalesce($7, 0))
+        ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+        RETURNING j.id INTO made;
+        IF made IS NOT NULL THEN
+            RETURN made;
+        END IF;
+        SELECT j.id INTO made FROM fencegate_jobs j
+         WHERE j.queue = $1 AND j.dedupe_key = $3;
+        IF made IS NOT NULL OR $3 IS NULL THEN
+            RETURN made;
+        END IF;
+        -- purged between the insert and the look: insert again
+    END LOOP;
+END
+$$;
+
+-- Complete a claimed job in the caller's transaction, so the handler's writes
+-- and the completion commit together: true, or SQLSTATE FG412 with the reason
+-- (stale_fence: a newer claim holds the job; lease_expired: its lease lapsed,
+-- or the job is finished already, a repeat of a completion that committed
+-- included, whose writes must not commit twice; no_lease: no such job in this
+-- queue; invalid_fence: a fence the job never had), so a zombie handler's
+-- writes roll back with it. The job row is locked before the lease row, the
+-- one order (fencegate_complete_jobs).
+CREATE FUNCTION fencegate_complete_job(
+    queue text, job_id bigint, fence bigint, result_ref text DEFAULT NULL
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    j fencegate_jobs%ROWTYPE;
+    current_fence bigint;
+BEGIN
+    SELECT * INTO j FROM fencegate_jobs t WHERE t.id = $2 AND t.queue = $1 FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'no_lease',
+              DETAIL = format('queue %s has no job %s', $1, $2);
+    END IF;
+    IF EXISTS (SELECT 1 FROM fencegate_complete_jobs(ARRAY[$2], ARRAY[$3], ARRAY[$4])) THEN
+        RETURN true;
+    END IF;
+    SELECT l.fence INTO current_fence FROM fencegate_leases l WHERE l.resource = j.resource;
+    current_fence := greatest(current_fence, j.fence);
+    IF $3 IS NULL OR current_fence IS NULL OR $3 > current_fence THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'invalid_fence';
+    ELSIF $3 < current_fence THEN
+        RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'stale_fence',
+              DETAIL = format('job %s is claimed under fence %s', $2, current_fence);
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'lease_expired',
+          DETAIL = format('job %s is %s', $2, j.state);
 END
 $$;
 
