@@ -55,5 +55,7 @@ async def test_snippet_runs_as_written(snippet: Snippet, gw: Gw, dsn: str,
         subprocess.run, command, cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=90)
     assert ran.returncode == 0, f"{snippet.name} failed:\n{ran.stdout}\n{ran.stderr}"
-    if "recipes" in snippet.path.parts:  # each recipe sends one email, however often it tries
-        assert len(gw.smtp.deliveries) == 1, snippet.name
+    if "recipes" in snippet.path.parts:  # each recipe sends one email, however often it
+        # tries, or none at all if it sends nothing (the fenced writes of other drivers)
+        sends = "send_email" in snippet.code or "/v1/email" in snippet.code
+        assert len(gw.smtp.deliveries) == (1 if sends else 0), snippet.name
