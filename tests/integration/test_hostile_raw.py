@@ -61,7 +61,11 @@ async def test_non_utf8_and_non_json_bodies_on_every_json_route(gw: Gw) -> None:
 
 #: JSON escapes of UTF-16 surrogates with no partner: valid JSON syntax,
 #: but no Unicode text, so no UTF-8 (the database's, a provider's) holds it
-LONE_SURROGATES = [b'"\\ud800"', b'"a\\udfffb"', b'"\\ude00\\ud83d"']
+LONE_SURROGATES = [b'"\\ud800"', b'"a\\udfffb"', b'"\\ude00\\ud83d"',
+                   # and unescaped, in CESU-8 (a surrogate's code point as UTF-8
+                   # bytes): json.loads decodes bytes with "surrogatepass", so
+                   # these parsed too, and no escape was there to be found
+                   b'"\xed\xa0\x80"', b'"a\xed\xbf\xbfb"']
 
 
 @pytest.mark.parametrize("value", LONE_SURROGATES)
@@ -87,6 +91,28 @@ async def test_a_lone_surrogate_in_a_json_body_is_a_bad_request(
     assert status == 400 and doc["code"] == "bad_request", doc
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert gw.smtp.deliveries == [] and await gw.effect_state("k-lone") is None
+
+
+@pytest.mark.parametrize("name", [b"\\ud800", b"\xed\xa0\x80", b"a\xed\xbf\xbfb"])
+async def test_a_lone_surrogate_in_a_bcc_name_is_a_bad_request(
+        gw: Gw, caplog: pytest.LogCaptureFixture, name: bytes) -> None:
+    """A Bcc display name goes into no header, so no message build trips on
+    it; it reached the request's summary, which the admission could not
+    store (asyncpg DataError): a 500, and the recipients in the error log.
+    Unescaped (CESU-8 bytes) it even passed the escape check, as json.loads
+    decodes bytes with "surrogatepass". Refused 400 where it is parsed."""
+    lease = await gw.leases.claim("run:1", ttl=30)
+    assert lease is not None
+    body = (b'{"from": "agent@example.com", "to": ["lead@example.com"], '
+            b'"bcc": ["Audit ' + name + b' <audit@example.com>"], "subject": "s", '
+            b'"text": "t"}')
+    with caplog.at_level(logging.INFO):
+        status, _, doc = await gw.post("/v1/email", {**gw.headers(lease, "k-bcc"),
+                                                     "Content-Type": "application/json"},
+                                       data=body)
+    assert status == 400 and doc["code"] == "bad_request", doc
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert gw.smtp.deliveries == [] and await gw.effect_state("k-bcc") is None
 
 
 @pytest.mark.parametrize("value", LONE_SURROGATES)
