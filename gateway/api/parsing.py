@@ -42,9 +42,12 @@ def json_value(raw: bytes) -> Any:
     RecursionError, which is not a ValueError: it is a 400 like the rest. So
     is a string holding an escaped surrogate without its partner
     (``"\\ud800"``): it parses, as text no UTF-8 encoder (the database's, a
-    provider's) takes."""
+    provider's) takes. The bytes are decoded here, strictly: ``json.loads`` on
+    bytes guesses UTF-16 or UTF-32 and decodes with "surrogatepass", so a
+    surrogate written out as UTF-8 bytes (CESU-8, ``ED A0 80``) parsed as
+    one, with no escape for the check below to find."""
     try:
-        value = json.loads(raw)
+        value = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise bad("body", "must be UTF-8") from None
     except RecursionError:
