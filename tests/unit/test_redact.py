@@ -90,3 +90,17 @@ def test_a_secret_in_text_is_blanked_up_to_its_end(name: str, value: str, close:
     """Only the value goes: the name, the separator and whatever closes it stay."""
     text = f"RuntimeError: refused ({name}{sep}{value}{close} after 3 tries"
     assert redact(text) == f"RuntimeError: refused ({name}{sep}{MASK}{close} after 3 tries"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hostile", [
+    "://a:" * 200_000,  # URL credentials begun and never ended by an "@"
+    "x=://u:" + "p" * 1_000_000,
+])
+def test_redaction_is_linear_in_hostile_text(hostile: str) -> None:
+    """Text made of URL-credential starts with no "@" after them: the
+    credentials pattern scanned to the end from every start, so redacting
+    8 KB of it (an HTTP query) took 56 ms, and a megabyte (a job payload on
+    the console) a quarter of an hour. Linear, it takes milliseconds."""
+    assert redact(hostile) == hostile
+    assert redact(hostile + "@h") != hostile + "@h"  # the first start is a credential
