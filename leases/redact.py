@@ -34,9 +34,26 @@ _SPLIT = re.compile(r"[^A-Za-z0-9]+")
 
 _NAME = (r"password|passwd|pwd|passphrase|secret|[a-z_]*token|api[_-]?key|authorization|"
          r"private[_-]?key|access[_-]?key|credentials?|cookie")
+#: credentials in URLs and DSNs
+_URL_CREDENTIALS = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
+#: a run of text a URL's credentials can lie in (no space, and an "@" only
+#: at its end), tried from its first character only: the credentials pattern
+#: alone rescans to the end from every "://x:" that no "@" closes, which is
+#: quadratic in text made of them (8 KB of query: 56 ms; a megabyte: minutes)
+_CREDENTIAL_RUN = re.compile(r"(?<![^@\s])[^@\s]+@")
+#: the start of a URL's credentials, or of a quoted value under a secret
+#: name: what a cut can leave open (redact_head)
+_RUN_TO_THE_END = re.compile(r"[^@\s]*")
+_OPENED = re.compile(rf"(://[^:/@\s]+:)|(?i:\b(?:{_NAME})[\"']?\s*[=:]\s*([\"']))")
+
+
+def _url_credentials(m: re.Match[str]) -> str:
+    return _URL_CREDENTIALS.sub(r"\1***@", m.group(0))
+
+
 #: a value ends at a space, a separator or a closing bracket or quote
 _SECRETS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
-    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # credentials in URLs and DSNs
+    (_CREDENTIAL_RUN, _url_credentials),
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
     (re.compile(rf"(?i)\b({_NAME})([\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&)\]}}\"']+)"),
      lambda m: m.group(1) + m.group(2) + (
@@ -66,3 +83,20 @@ def redact(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     return value
+
+
+def redact_head(value: str, chars: int) -> str:
+    """The first ``chars`` characters of ``value``, redacted: the work is
+    bounded by ``chars``, whatever the length of ``value``. A secret the cut
+    leaves open, whose end (a URL password's "@", a quoted value's closing
+    quote) lies past the head, is blanked from its start to the end."""
+    if len(value) <= chars:
+        return str(redact(value))
+    head: str = redact(value[:chars])
+    for m in _OPENED.finditer(head):
+        if m.group(1) is not None:  # credentials: open if their run reaches the cut
+            if _RUN_TO_THE_END.fullmatch(head, m.end()):
+                return head[:m.end()] + MASK
+        elif m.group(2) not in head[m.end():]:  # a quote never closed
+            return head[:m.end()] + MASK
+    return head

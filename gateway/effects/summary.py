@@ -19,38 +19,51 @@ Every string a caller wrote passes through ``leases.redact`` before it is cut.
 Bounded, so a row stays small whatever the request: a list keeps its first
 ``MAX_ITEMS`` entries (with how many were left off, under ``<name>_omitted``),
 a string its first ``MAX_CHARS`` characters (cut after it is redacted, so a
-cut never splits a secret out of its pattern's reach).
+cut never splits a secret out of its pattern's reach). So is the work, which
+every request pays before its fence is checked (a replay, a stale fence): only
+the entries kept are read, and of a string its first ``REDACTED_CHARS``
+(``leases.redact_head``: a secret that cut leaves open is blanked to the end).
+What a jsonb string cannot hold (a NUL, a lone surrogate) is shown as U+FFFD.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from gateway.providers import EmailCall, HttpCall
 from gateway.providers.http import forwarded_headers
-from leases.redact import MASK, redact, secret_name
+from leases.redact import MASK, redact_head, secret_name
 
 #: entries kept of each list (recipients, attachments, header names)
 MAX_ITEMS = 20
 #: characters kept of each string (after redaction)
 MAX_CHARS = 200
+#: characters read of each string: redacted, then cut to ``MAX_CHARS``
+REDACTED_CHARS = 512
+#: what no jsonb string holds: NUL (\u0000 is refused), a lone surrogate (no UTF-8)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+T = TypeVar("T")
 
 
 def text(value: str) -> str:
-    """A caller's string, redacted, then cut to ``MAX_CHARS``."""
-    cleaned: str = redact(value)
-    return cleaned if len(cleaned) <= MAX_CHARS else cleaned[:MAX_CHARS - 1] + "…"
+    """A caller's string, its head redacted, then cut to ``MAX_CHARS``."""
+    cleaned = _UNSTORABLE.sub("\ufffd", redact_head(value, REDACTED_CHARS))
+    if len(cleaned) <= MAX_CHARS and len(value) <= REDACTED_CHARS:
+        return cleaned
+    return cleaned[:MAX_CHARS - 1] + "…"
 
 
-def _bounded(out: dict[str, Any], name: str, items: Iterable[Any]) -> None:
-    """``items`` under ``name``, at most ``MAX_ITEMS`` of them; how many more
-    under ``<name>_omitted``."""
-    kept = list(items)
-    out[name] = kept[:MAX_ITEMS]
-    if len(kept) > MAX_ITEMS:
-        out[f"{name}_omitted"] = len(kept) - MAX_ITEMS
+def _bounded(out: dict[str, Any], name: str, items: Sequence[T],
+             shown: Callable[[T], Any]) -> None:
+    """The first ``MAX_ITEMS`` of ``items``, as ``shown``, under ``name``; how
+    many more under ``<name>_omitted`` (those are never read)."""
+    out[name] = [shown(item) for item in items[:MAX_ITEMS]]
+    if len(items) > MAX_ITEMS:
+        out[f"{name}_omitted"] = len(items) - MAX_ITEMS
 
 
 def target(path: str, query: str) -> str:
@@ -60,7 +73,7 @@ def target(path: str, query: str) -> str:
     if not query:
         return text(path)
     params = []
-    for pair in query.split("&"):
+    for pair in query[:REDACTED_CHARS].split("&"):  # text() reads no further
         name, eq, _ = pair.partition("=")
         params.append(f"{name}={MASK}" if eq and secret_name(unquote(name)) else pair)
     return text(f"{path}?{'&'.join(params)}")
@@ -70,14 +83,14 @@ def email_summary(call: EmailCall) -> dict[str, Any]:
     email = call.email
     out: dict[str, Any] = {"kind": "email", "from": text(email.sender)}
     for name, addresses in (("to", email.to), ("cc", email.cc), ("bcc", email.bcc)):
-        _bounded(out, name, (text(a) for a in addresses))
+        _bounded(out, name, addresses, text)
     if email.reply_to:
         out["reply_to"] = text(email.reply_to)
     out["subject"] = text(email.subject)
-    _bounded(out, "headers", (text(h) for h in email.headers))
-    _bounded(out, "attachments", ({"name": text(a.filename),
-                                   "content_type": text(a.content_type),
-                                   "bytes": len(a.content)} for a in email.attachments))
+    _bounded(out, "headers", list(email.headers), text)
+    _bounded(out, "attachments", email.attachments, lambda a: {
+        "name": text(a.filename), "content_type": text(a.content_type),
+        "bytes": len(a.content)})
     out["text_bytes"] = None if email.text is None else len(email.text.encode())
     out["html_bytes"] = None if email.html is None else len(email.html.encode())
     out["message_bytes"] = len(call.message) if call.message else None
@@ -87,7 +100,7 @@ def email_summary(call: EmailCall) -> dict[str, Any]:
 def http_summary(call: HttpCall, content_type: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": "http", "method": call.method,
                            "path": target(call.path, call.query)}
-    _bounded(out, "headers", (text(h) for h in forwarded_headers(call.headers)))
+    _bounded(out, "headers", list(forwarded_headers(call.headers)), text)
     out["body_bytes"] = len(call.body)
     out["content_type"] = text(content_type) if call.body and content_type else None
     return out
