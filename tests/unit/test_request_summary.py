@@ -139,3 +139,15 @@ def test_every_summary_can_be_stored_as_jsonb(value: str) -> None:
     stored = json.dumps(s, ensure_ascii=False)
     stored.encode()
     assert "\\u0000" not in stored and "\ufffd" in s["subject"]
+
+
+@pytest.mark.parametrize("name", ["key", "hapikey", "KEY", "sig", "auth", "jwt",
+                                  "subscription-key", "x-goog-api-key"])
+def test_a_query_credential_under_a_short_name_is_blanked(name: str) -> None:
+    """Query strings carry credentials under names no payload field would
+    use for one: Google's ``key=AIza...``, HubSpot's legacy ``hapikey``, an
+    Azure SAS ``sig``, Firebase's ``auth``, a ``jwt``. ``secret_name`` (made
+    for field names, where ``key`` alone is ordinary) let them through to
+    the console."""
+    assert target("maps/geocode", f"address=Main+St&{name}=AIzaSyD-not-for-the-page") == \
+        f"maps/geocode?address=Main+St&{name}=***"
