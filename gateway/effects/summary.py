@@ -47,6 +47,11 @@ REDACTED_CHARS = 512
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 T = TypeVar("T")
+#: query parameters that carry credentials under names a field would not
+#: (``secret_name`` keeps a bare ``key``): a name whose last word ends in
+#: "key" (``key``, ``hapikey``, ``subscription-key``), or one of these
+_QUERY_SECRET_WORDS = frozenset({"sig", "auth", "jwt"})
+_WORDS = re.compile(r"[^A-Za-z0-9]+")
 
 
 def text(value: str) -> str:
@@ -75,8 +80,16 @@ def target(path: str, query: str) -> str:
     params = []
     for pair in query[:REDACTED_CHARS].split("&"):  # text() reads no further
         name, eq, _ = pair.partition("=")
-        params.append(f"{name}={MASK}" if eq and secret_name(unquote(name)) else pair)
+        params.append(f"{name}={MASK}" if eq and _query_secret(unquote(name)) else pair)
     return text(f"{path}?{'&'.join(params)}")
+
+
+def _query_secret(name: str) -> bool:
+    """Whether a query parameter called ``name`` holds a credential."""
+    if secret_name(name):
+        return True
+    words = [w.lower() for w in _WORDS.split(name) if w]
+    return bool(words) and (words[-1].endswith("key") or words[-1] in _QUERY_SECRET_WORDS)
 
 
 def email_summary(call: EmailCall) -> dict[str, Any]:
