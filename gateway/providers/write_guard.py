@@ -38,13 +38,17 @@ CHUNK_BYTES = 16 * 1024
 
 async def pieces(body: bytes, writes: WriteGate) -> AsyncIterator[bytes]:
     """``body`` in ``CHUNK_BYTES`` pieces (an upload aiohttp writes one by one);
-    ``writes`` learns when aiohttp has asked for more after the last one (it
-    has written them all)."""
+    ``writes`` learns when the last one is handed over. aiohttp writes a piece
+    in the step it takes it (no await between the two), so from then on the
+    whole body has passed the gate (or a write of it was refused, which the
+    gate counts): not when aiohttp asks for more, which it does only once
+    that write has drained, by which time the kernel may have sent it all."""
     writes.body_done = False
     view = memoryview(body)
     for i in range(0, len(body), CHUNK_BYTES):
+        if i + CHUNK_BYTES >= len(body):
+            writes.body_done = True
         yield bytes(view[i:i + CHUNK_BYTES])
-    writes.body_done = True
 
 
 class GateClosed(Exception):
@@ -60,7 +64,7 @@ class WriteGate:
         self.closed = False
         #: a write of this attempt was refused: those bytes never left the process
         self.refused = False
-        #: False while a body in pieces (``pieces``) has some not yet written
+        #: False while a body in pieces (``pieces``) has some not yet handed over
         self.body_done = True
         self._transports: list[GatedTransport] = []
         self._timer = asyncio.get_running_loop().call_later(
