@@ -371,7 +371,8 @@ CREATE TABLE fencegate_effects (
     -- inflight (NULL once its end is recorded)
     attempt          bigint,
     -- false once the key's only attempt is known never to have left this host
-    -- whole (its tail was dropped before it reached the kernel): only then is
+    -- whole (its tail was dropped before it reached the kernel; true again
+    -- when the key is admitted for another attempt): only then is
     -- "not sent" safe as soon as the attempt is over. A whole request may sit
     -- unread in the provider host's receive queue, where no reset recalls it.
     request_whole    boolean     NOT NULL DEFAULT true,
@@ -513,7 +514,10 @@ BEGIN
         UPDATE fencegate_effects
            SET state = 'in_flight', resource = p_resource, fence = p_fence,
                attempts = attempts + 1, attempt = p_attempt, deadline = deadline_,
-               updated_at = now_
+               updated_at = now_,
+               -- this attempt sends the request again: it may leave whole,
+               -- whatever an earlier attempt's end said of that one
+               request_whole = true
          WHERE id = e.id
         RETURNING * INTO e;
         EXIT;
