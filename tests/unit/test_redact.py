@@ -104,3 +104,16 @@ def test_redaction_is_linear_in_hostile_text(hostile: str) -> None:
     the console) a quarter of an hour. Linear, it takes milliseconds."""
     assert redact(hostile) == hostile
     assert redact(hostile + "@h") != hostile + "@h"  # the first start is a credential
+
+
+@pytest.mark.parametrize("text,shown", [
+    ("db refused: password='hunter2", "db refused: password='***"),
+    ('token: "abc def', 'token: "***'),
+    ("password='a' and secret=\"b c", "password='***' and secret=\"***"),
+])
+def test_a_quoted_secret_that_never_closes_is_blanked_to_the_end(text: str,
+                                                                 shown: str) -> None:
+    """A quoted value is blanked up to its closing quote; one whose quote
+    never closes (an error message cut short by a library, a subject) was
+    kept whole, secret and all."""
+    assert redact(text) == shown
