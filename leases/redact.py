@@ -41,10 +41,11 @@ _URL_CREDENTIALS = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
 #: alone rescans to the end from every "://x:" that no "@" closes, which is
 #: quadratic in text made of them (8 KB of query: 56 ms; a megabyte: minutes)
 _CREDENTIAL_RUN = re.compile(r"(?<![^@\s])[^@\s]+@")
-#: the start of a URL's credentials, or of a quoted value under a secret
-#: name: what a cut can leave open (redact_head)
+#: the start of a quoted value under a secret name (its quote, group 1)
+_OPENED_QUOTE = re.compile(rf"(?i)\b(?:{_NAME})[\"']?\s*[=:]\s*([\"'])")
+#: the start of a URL's credentials, open if its run reaches a cut (redact_head)
+_OPENED_CREDENTIALS = re.compile(r"://[^:/@\s]+:")
 _RUN_TO_THE_END = re.compile(r"[^@\s]*")
-_OPENED = re.compile(rf"(://[^:/@\s]+:)|(?i:\b(?:{_NAME})[\"']?\s*[=:]\s*([\"']))")
 
 
 def _url_credentials(m: re.Match[str]) -> str:
@@ -76,13 +77,24 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         for pattern, replacement in _SECRETS:
             value = pattern.sub(replacement, value)
-        return value
+        return _blank_open_quote(value)
     if isinstance(value, dict):
         return {k: (MASK if value_ is not None else None) if secret_name(str(k))
                 else redact(value_) for k, value_ in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     return value
+
+
+def _blank_open_quote(text: str) -> str:
+    """``text`` blanked to the end from a quoted secret value whose quote
+    never closes (a message cut short): the patterns above keep it whole."""
+    if "'" not in text and '"' not in text:
+        return text
+    for m in _OPENED_QUOTE.finditer(text):
+        if text.find(m.group(1), m.end()) == -1:
+            return text[:m.end()] + MASK
+    return text
 
 
 def redact_head(value: str, chars: int) -> str:
@@ -92,11 +104,8 @@ def redact_head(value: str, chars: int) -> str:
     quote) lies past the head, is blanked from its start to the end."""
     if len(value) <= chars:
         return str(redact(value))
-    head: str = redact(value[:chars])
-    for m in _OPENED.finditer(head):
-        if m.group(1) is not None:  # credentials: open if their run reaches the cut
-            if _RUN_TO_THE_END.fullmatch(head, m.end()):
-                return head[:m.end()] + MASK
-        elif m.group(2) not in head[m.end():]:  # a quote never closed
+    head: str = redact(value[:chars])  # an open quote is blanked by redact itself
+    for m in _OPENED_CREDENTIALS.finditer(head):
+        if _RUN_TO_THE_END.fullmatch(head, m.end()):
             return head[:m.end()] + MASK
     return head
