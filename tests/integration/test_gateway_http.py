@@ -180,7 +180,7 @@ async def test_oversize_request_bodies_are_refused(gw: Gw) -> None:
 
 
 def test_webhook_signatures_follow_standard_webhooks() -> None:
-    from gateway.providers.http import webhook_signature
+    from gateway.signing import webhook_signature
 
     secret = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()
     sig = webhook_signature(secret, "msg_1", 1700000000, b'{"a":1}')
@@ -192,7 +192,7 @@ def test_webhook_signatures_follow_standard_webhooks() -> None:
 async def test_signed_providers_get_standard_webhooks_headers_and_their_own_credentials(
     gw: Gw,
 ) -> None:
-    from gateway.providers.http import webhook_signature
+    from gateway.signing import webhook_signature
     from tests.integration.conftest import SIGNING_SECRET
 
     lease = await gw.leases.claim("lead:7", ttl=30)
