@@ -26,6 +26,8 @@ class FencedDelivery:
     the endpoint's transaction)."""
 
     def __init__(self, verifier: Verifier, *, admit: bool = True) -> None:
+        if admit and verifier.fences is None:
+            raise ValueError("FencedDelivery(admit=True) needs a Verifier with a FenceStore")
         self.verifier = verifier
         self.admit = admit
 

@@ -30,6 +30,8 @@ def fence_middleware(verifier: Verifier, *, admit: bool = True,
     only; the handler then calls ``verifier.admit(request[DELIVERY],
     PostgresFences(conn))`` in its own transaction, so the fence and its
     writes commit together."""
+    if admit and verifier.fences is None:
+        raise ValueError("fence_middleware(admit=True) needs a Verifier with a FenceStore")
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -100,9 +100,10 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 class Verifier:
     """Checks requests signed by the gateway with one of ``secrets`` (the
     provider's ``signing_secret_env`` value, ``whsec_`` optional; several
-    while a secret is rotated), and their fences against ``fences``."""
+    while a secret is rotated), and their fences against ``fences`` (None:
+    every ``admit`` names its store, e.g. one on the handler's connection)."""
 
-    def __init__(self, secrets: str | Sequence[str], fences: FenceStore, *,
+    def __init__(self, secrets: str | Sequence[str], fences: FenceStore | None = None, *,
                  tolerance_seconds: float = DEFAULT_TOLERANCE_SECONDS,
                  clock: Callable[[], float] = time.time) -> None:
         secrets = [secrets] if isinstance(secrets, str) else list(secrets)
@@ -154,6 +155,8 @@ class Verifier:
         verifier's own): ``Refused`` ``stale_fence`` if a newer one was seen.
         ``PostgresFences(conn)`` runs it in the receiver's transaction."""
         store = fences if fences is not None else self.fences
+        if store is None:
+            raise TypeError("admit needs a FenceStore: the Verifier was built without one")
         try:
             highest = await store.advance(delivery.resource, delivery.fence)
         except Exception as e:  # the store's failure is the receiver's, not the sender's
