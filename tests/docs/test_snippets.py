@@ -55,5 +55,7 @@ async def test_snippet_runs_as_written(snippet: Snippet, gw: Gw, dsn: str,
         subprocess.run, command, cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=90)
     assert ran.returncode == 0, f"{snippet.name} failed:\n{ran.stdout}\n{ran.stderr}"
-    if "recipes" in snippet.path.parts:  # each recipe sends one email, however often it tries
+    # each recipe that sends sends one email, however often it tries (the
+    # receiver's recipe receives)
+    if "recipes" in snippet.path.parts and snippet.path.name != "webhook-receiver.md":
         assert len(gw.smtp.deliveries) == 1, snippet.name
