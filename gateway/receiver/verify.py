@@ -92,8 +92,10 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     else:
         values = [v for k, v in headers.items() if k.lower() == name.lower()]
     if len(values) > 1:
-        raise Refused("missing_signature" if name.startswith("webhook") else "missing_fence",
-                      f"{name} is sent {len(values)} times")
+        check: Check = ("missing_signature" if name.startswith("webhook")
+                        else "bad_fence_signature" if name == FENCE_SIGNATURE
+                        else "missing_fence")
+        raise Refused(check, f"{name} is sent {len(values)} times")
     return values[0] if values else None
 
 
