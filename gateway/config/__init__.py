@@ -32,8 +32,9 @@ from gateway.config.model import (
     ServerConfig,
     SmtpProviderConfig,
 )
-from gateway.config.read import load, parse, signing_key
+from gateway.config.read import load, parse
 from gateway.errors import ConfigError
+from gateway.signing import signing_key
 
 __all__ = [
     "CONFLICT",

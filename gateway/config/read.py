@@ -4,7 +4,6 @@ the file and the key that is wrong."""
 
 from __future__ import annotations
 
-import base64
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,6 +45,7 @@ from gateway.config.presets import (
 )
 from gateway.config.reader import Reader as _Reader
 from gateway.errors import ConfigError
+from gateway.signing import signing_key
 
 
 def _server(source: str, raw: Any) -> ServerConfig:
@@ -235,14 +235,6 @@ def _smtp(r: _Reader, common: dict[str, Any], preset: Preset | None) -> SmtpProv
         pool_size=int(r.number("pool_size", DEFAULT_SMTP_POOL_SIZE, 1, 256)),
         ca_file=_existing_file(r, "ca_file"),
     )
-
-
-def signing_key(secret: str) -> bytes:
-    """The HMAC key of a Standard Webhooks secret: base64, ``whsec_`` and the
-    padding optional (what the reference library accepts). ValueError if it is
-    not base64."""
-    encoded = secret.removeprefix("whsec_")
-    return base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
 
 
 def _existing_file(r: _Reader, key: str) -> str | None:

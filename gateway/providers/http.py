@@ -16,9 +16,6 @@ that acted and then dropped the connection would act twice).
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
@@ -30,7 +27,7 @@ from aiohttp.tracing import Trace
 from yarl import URL
 
 from gateway.api.bodies import read_limited
-from gateway.config import HttpProviderConfig, signing_key
+from gateway.config import HttpProviderConfig
 from gateway.config.presets import DEFAULT_NOT_ACTED_STATUSES, DEFAULT_UNKNOWN_STATUSES
 from gateway.effects import pace
 from gateway.effects.deadline import Deadline
@@ -44,6 +41,14 @@ from gateway.providers.base import (
     ProviderCall,
     problem_outcome,
     too_late,
+)
+from gateway.signing import (
+    FENCE_SIGNATURE,
+    WEBHOOK_ID,
+    WEBHOOK_SIGNATURE,
+    WEBHOOK_TIMESTAMP,
+    fence_signature,
+    webhook_signature,
 )
 from gateway.wire import (
     FENCE_RESOURCE,
@@ -60,8 +65,8 @@ DROPPED_REQUEST_HEADERS = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length", "authorization", "cookie",
     "fence-resource", "fence-token", "idempotency-key", "accept-encoding", "expect",
-    "webhook-id", "webhook-timestamp", "webhook-signature", "forwarded", "x-forwarded-for",
-    "x-forwarded-host", "x-forwarded-proto", "via",
+    "webhook-id", "webhook-timestamp", "webhook-signature", "fence-signature", "forwarded",
+    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "via",
 })
 #: the provider's answer headers handed back (content headers)
 KEPT_RESPONSE_HEADERS = ("Content-Type", "Content-Language", "Content-Disposition", "ETag",
@@ -100,13 +105,6 @@ def forwarded_headers(caller: dict[str, str]) -> dict[str, str]:
     }
     return {k: v for k, v in caller.items()
             if k.lower() not in DROPPED_REQUEST_HEADERS and k.lower() not in connection_named}
-
-
-def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    """A Standard Webhooks ``webhook-signature`` value (``v1,<base64 hmac>``)."""
-    key = signing_key(secret)
-    signed = f"{msg_id}.{timestamp}.".encode() + body
-    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
 class _GatedConnector(aiohttp.TCPConnector):
@@ -163,17 +161,21 @@ class HttpProvider:
     def own_headers(self, call: Call, body: bytes) -> dict[str, str]:
         """What the gateway puts on every request to this provider: the fence,
         the provider's authentication, the derived key under the provider's
-        idempotency header, and a Standard Webhooks signature of ``body``."""
+        idempotency header, and a Standard Webhooks signature of ``body`` with
+        the fence signature beside it (gateway/signing.py: the Standard one
+        does not cover the fence headers a receiver keeps)."""
         headers = {FENCE_RESOURCE: call.resource, FENCE_TOKEN: str(call.fence)}
         headers.update(self.config.auth_headers)
         if self.config.idempotency_header:
             headers[self.config.idempotency_header] = call.derived_key
         if self.config.signing_secret:
             ts = int(time.time())
-            headers["webhook-id"] = call.derived_key
-            headers["webhook-timestamp"] = str(ts)
-            headers["webhook-signature"] = webhook_signature(
-                self.config.signing_secret, call.derived_key, ts, body)
+            secret, msg_id = self.config.signing_secret, call.derived_key
+            headers[WEBHOOK_ID] = msg_id
+            headers[WEBHOOK_TIMESTAMP] = str(ts)
+            headers[WEBHOOK_SIGNATURE] = webhook_signature(secret, msg_id, ts, body)
+            headers[FENCE_SIGNATURE] = fence_signature(secret, msg_id, ts, call.resource,
+                                                       call.fence, body)
         return headers
 
     def headers(self, call: HttpCall) -> dict[str, str]:

@@ -97,3 +97,15 @@ async def test_a_drivers_fenced_write_commits_and_the_zombies_rolls_back(
         await conn.close()
     assert [r["paid_by"] for r in paid] == ["worker-b", "worker-b"]
     assert gw.smtp.deliveries == []
+
+
+async def test_the_receiver_recipe_runs_twice_on_one_database(
+        gw: Gw, dsn: str, tmp_path: Path) -> None:
+    """The second run meets the first run's fences in the receiver's table:
+    its leases' fences are newer, so its holder passes and its zombie is
+    refused again."""
+    for attempt in range(2):
+        ran = await asyncio.to_thread(run, recipe("webhook-receiver.md"), gw, dsn, tmp_path)
+        assert ran.returncode == 0, f"run {attempt}:\n{ran.stdout}\n{ran.stderr}"
+        assert "the zombie's late request: 412 stale_fence: " in ran.stdout
+        assert "a forged fence: 401 bad_fence_signature: " in ran.stdout

@@ -180,7 +180,7 @@ async def test_oversize_request_bodies_are_refused(gw: Gw) -> None:
 
 
 def test_webhook_signatures_follow_standard_webhooks() -> None:
-    from gateway.providers.http import webhook_signature
+    from gateway.signing import webhook_signature
 
     secret = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()
     sig = webhook_signature(secret, "msg_1", 1700000000, b'{"a":1}')
@@ -192,7 +192,7 @@ def test_webhook_signatures_follow_standard_webhooks() -> None:
 async def test_signed_providers_get_standard_webhooks_headers_and_their_own_credentials(
     gw: Gw,
 ) -> None:
-    from gateway.providers.http import webhook_signature
+    from gateway.signing import webhook_signature
     from tests.integration.conftest import SIGNING_SECRET
 
     lease = await gw.leases.claim("lead:7", ttl=30)
@@ -207,6 +207,40 @@ async def test_signed_providers_get_standard_webhooks_headers_and_their_own_cred
     assert d.header("webhook-signature") == webhook_signature(SIGNING_SECRET, msg_id, int(ts),
                                                               d.body)
     assert d.header("Authorization") == "Bearer crm-secret-token"
+
+
+async def test_signed_providers_get_their_fence_headers_signed(gw: Gw) -> None:
+    """The Standard Webhooks signature covers the id, the timestamp and the
+    body, not the Fence-Resource/Fence-Token headers: with it alone, anyone
+    holding one signed request could send it again with another fence (a
+    huge one, and the receiver refuses every real fence after it).
+    ``Fence-Signature`` covers both fence headers, the id, the timestamp and
+    the body, under the same key."""
+    from tests.integration.conftest import SIGNING_SECRET
+
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    status, _, _ = await gw.request("POST", "/v1/http/signed/evt",
+                                    {**gw.headers(lease, "sig-2"), "Fence-Signature": "v1,x"},
+                                    json={"a": 1})
+    assert status == 200
+    [d] = gw.hook.deliveries
+    key = base64.b64decode(SIGNING_SECRET.removeprefix("whsec_"))
+    content = (f"fencegate-fence\n{d.header('webhook-id')}\n{d.header('webhook-timestamp')}\n"
+               f"lead:7\n{lease.fence}\n").encode() + d.body
+    expected = base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
+    assert d.header("Fence-Signature") == "v1," + expected  # the caller's copy replaced
+
+
+async def test_unsigned_providers_never_forward_a_callers_fence_signature(gw: Gw) -> None:
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    status, _, _ = await gw.request("POST", "/v1/http/hook/evt",
+                                    {**gw.headers(lease, "sig-3"), "fence-signature": "v1,x"},
+                                    json={})
+    assert status == 200
+    [d] = gw.hook.deliveries
+    assert d.header("Fence-Signature") is None
 
 
 async def test_redirects_come_back_and_are_never_followed(gw: Gw) -> None:

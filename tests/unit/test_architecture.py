@@ -59,6 +59,14 @@ def test_the_client_needs_nothing_of_the_server() -> None:
     assert deps <= {"gateway", "gateway.wire"}, deps
 
 
+def test_the_receiver_needs_nothing_of_the_server() -> None:
+    """A webhook receiver installs fencegate for gateway.receiver alone."""
+    allowed = {"gateway", "gateway.signing", "gateway.wire", "leases", "leases.column_fence"}
+    for module, deps in _imports().items():
+        if module.startswith("gateway.receiver") or module == "gateway.signing":
+            assert {d for d in deps if not d.startswith("gateway.receiver")} <= allowed, module
+
+
 def test_dev_tooling_stays_apart() -> None:
     for module, deps in _imports().items():
         if not module.startswith("gateway.dev") and module != "gateway.cli":
