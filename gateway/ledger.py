@@ -153,7 +153,7 @@ class Ledger:
         return admission
 
     async def _admit_batch(self, items: Sequence[_AdmitArgs]) -> list[Admission]:
-        if len(items) == 1:
+        if len(items) == 1:  # p50 92-137 µs (15-20 %) under a batch of one: bench/RESULTS.md
             row = await self.db.fetchrow("admit_effect", *items[0][:-1],
                                          RESEND_MARGIN_SECONDS, items[0][-1])
             assert row is not None
