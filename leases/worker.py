@@ -3,7 +3,7 @@
 Each job runs inside its lease (``async with job.lease``): renewed in the
 background, and cancelled the moment ownership cannot be proven. Complete and
 fail happen inside the lease too, so the lease never lapses between the work
-and its record.
+and its record (leases/completion.py records them).
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from . import database, observe, policy
+from .completion import Recorder, still_ours
 from .errors import Busy, LeaseLost, Unavailable
-from .queue import Job, Queue, error_text
-from .retry import sanitize_error
+from .queue import Job, Queue
 
 log = logging.getLogger("fencegate.worker")
 
 Handler = Callable[[Job], Awaitable[str | None]]
-_Entry = tuple[Job, str | None, asyncio.Future[bool]]
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_TTL_SECONDS = 30.0
@@ -38,137 +37,6 @@ LISTEN_TIMEOUT_SECONDS = 5.0
 DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 #: ":" and 8 hex digits: each claim's owner is the worker's with a part of its own
 CLAIM_SUFFIX_LENGTH = 9
-#: the largest result a handler may return, in bytes of UTF-8: it is stored
-#: in the job's row as ``result_ref``, a reference (a key, a URL, an id), not
-#: the result itself (PostgreSQL text would take up to 1 GB, and every batch
-#: of completions carries it)
-MAX_RESULT_BYTES = 1024 * 1024
-MAX_RESULT_LABEL = "1 MiB"
-#: a statement refused for a busy pool (nothing sent) goes again after this
-BUSY_RETRY_SECONDS = 0.05
-
-
-class _Completions:
-    """Completions that happen in the same turn of the event loop go to the
-    database as one statement: a batch of claimed jobs that finish together
-    costs one round trip, not one each. Nothing waits for a timer.
-
-    An entry is dropped, not written, when its lease is known lost by the
-    time it would be sent (lease rule 6: nothing is "finished up" in
-    lost-ownership mode; its future gets the ``LeaseLost``), or when its
-    future was cancelled (the job's run was cancelled: its lease was lost,
-    or shutdown ended it)."""
-
-    def __init__(self, queue: Queue) -> None:
-        self.queue = queue
-        self._pending: list[_Entry] = []
-        self._flushing: asyncio.Handle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def complete(self, job: Job, result: str | None) -> asyncio.Future[bool]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        if not self._pending:
-            self._flushing = loop.call_soon(self._flush)
-        self._pending.append((job, result, fut))
-        return fut
-
-    def _flush(self) -> None:
-        self._flushing = None
-        batch, self._pending = self._sendable(self._pending), []
-        if not batch:
-            return
-        task = asyncio.get_running_loop().create_task(self._write(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    @staticmethod
-    def _sendable(batch: list[_Entry]) -> list[_Entry]:
-        """The entries still to write: not cancelled, and not of a lease
-        known lost (``lost`` looks at the clock: a deadline passed in a pause
-        is seen here, before the loop has run the alarm's callback)."""
-        keep = []
-        for job, result, fut in batch:
-            lost = job.lease.lost
-            if lost is not None:
-                _Completions._settle(fut, lost)
-            if not fut.done():
-                keep.append((job, result, fut))
-        return keep
-
-    async def _write(self, batch: list[_Entry]) -> None:
-        batch = self._sendable(batch)
-        if not batch:
-            return
-        try:
-            counted = await self.queue.complete_many([(j, r) for j, r, _ in batch])
-        except asyncpg.DataError as exc:
-            if len(batch) == 1:
-                self._settle(batch[0][2], exc)
-                return
-            # one entry the database cannot store fails the statement for
-            # all: each goes again alone, so the bad one costs only itself
-            await asyncio.gather(*(self._write([entry]) for entry in batch))
-            return
-        except asyncio.CancelledError:  # shutdown past its grace: nobody waits any more
-            for _, _, fut in batch:
-                fut.cancel()
-            raise
-        except Exception as exc:
-            for _, _, fut in batch:
-                self._settle(fut, exc)
-            return
-        for job, _, fut in batch:
-            if not fut.done():
-                fut.set_result(job.id in counted)
-            elif job.id in counted:  # sent before its run was cancelled
-                log.info("job %s of queue %s: its completion, sent before its run was "
-                         "cancelled, counted", job.id, job.queue, extra={
-                             "queue": job.queue, "job": job.id, "fence": job.fence})
-
-    async def close(self, timeout: float) -> None:
-        """Send what is queued, wait up to ``timeout`` for the statements in
-        flight, then cancel those still waiting: nothing is left running."""
-        if self._flushing is not None:
-            self._flushing.cancel()
-            self._flush()
-        if not self._tasks:
-            return
-        _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
-
-    @staticmethod
-    def _settle(fut: asyncio.Future[bool], exc: BaseException) -> None:
-        if not fut.done():
-            fut.set_exception(exc)
-
-
-def unstorable(result: object) -> str | None:
-    """Why a handler's return value cannot be stored as ``result_ref``, or
-    ``None`` when it can: ``None``, or a ``str`` PostgreSQL text can hold of
-    at most ``MAX_RESULT_BYTES`` in UTF-8."""
-    if result is None:
-        return None
-    if not isinstance(result, str):
-        return f"the handler returned {type(result).__name__}, not str or None"
-    # each character is at least one byte: a result longer than the bound in
-    # characters is refused before anything is encoded (or sent)
-    if len(result) > MAX_RESULT_BYTES:
-        return (f"it is {len(result)} characters long, over the {MAX_RESULT_LABEL} a "
-                f"result reference may take (store the result elsewhere, return its key)")
-    if "\x00" in result:
-        return "it contains a NUL character, which PostgreSQL text cannot hold"
-    try:
-        size = len(result.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "it is not valid Unicode (a lone surrogate)"
-    if size > MAX_RESULT_BYTES:
-        return (f"it is {size} bytes of UTF-8, over the {MAX_RESULT_LABEL} a result "
-                f"reference may take (store the result elsewhere, return its key)")
-    return None
 
 
 class Worker:
@@ -208,7 +76,7 @@ class Worker:
         #: the owner of a claim that got no answer (it may have committed):
         #: what it claimed is still to be taken up
         self._unanswered: str | None = None
-        self._completions = _Completions(queue)
+        self._ends = Recorder(queue)
         self._stopping = asyncio.Event()
         #: what a handler raised to end the process (SystemExit,
         #: KeyboardInterrupt): raised by run() once shutdown is done
@@ -412,19 +280,19 @@ class Worker:
                 try:
                     result = await self.handler(job)
                 except Exception as exc:
-                    self._still_ours(job)
-                    await self._record_failure(job, exc)
+                    still_ours(job)
+                    await self._ends.failure(job, exc)
                 except asyncio.CancelledError as exc:
                     if self._cancelled_by_us(job):
                         raise
                     # the handler's own (an inner task it awaited was
                     # cancelled): a failed attempt like any other error
-                    await self._record_failure(job, exc)
+                    await self._ends.failure(job, exc)
                 else:
                     if job.completed_in_transaction:
                         return  # the handler completed it in its own transaction
-                    self._still_ours(job)
-                    await self._record_end(job, result, slot)
+                    still_ours(job)
+                    await self._ends.end(job, result, lambda: self._handled(slot))
         except LeaseLost as lost:
             if isinstance(lost.__cause__, KeyboardInterrupt | SystemExit):
                 raise lost.__cause__ from None  # raised in lost-ownership mode
@@ -439,15 +307,6 @@ class Worker:
             log.warning("could not record the job's end", extra={
                 "queue": job.queue, "job": job.id, "error": type(exc).__name__})
 
-    @staticmethod
-    def _still_ours(job: Job) -> None:
-        """Raise the lease's ``LeaseLost`` if it is lost: whatever the run
-        ended with, nothing is recorded under a fence that is no longer ours
-        (not a result, not a failure that would spend an attempt)."""
-        lost = job.lease.lost
-        if lost is not None:
-            raise lost
-
     def _cancelled_by_us(self, job: Job) -> bool:
         """Whether a ``CancelledError`` out of the handler is the worker's:
         its task cancelled (the lease lost, or shutdown past the grace
@@ -455,68 +314,6 @@ class Worker:
         task = asyncio.current_task()
         return bool(task is not None and task.cancelling()) or \
             job.lease.lost is not None or self._stopping.is_set()
-
-    async def _busy(self, job: Job, what: str) -> None:
-        """A statement recording ``what`` got no pooled connection in time:
-        nothing was sent, and the lease is still held (renewals have
-        connections of their own). It goes again, after a breath, rather than
-        the job running twice; unless the lease is lost meanwhile."""
-        self._still_ours(job)
-        log.info("job %s of queue %s: no database connection came free for its %s; "
-                 "sending it again", job.id, job.queue, what, extra={
-                     "queue": job.queue, "job": job.id, "fence": job.fence, "error": "Busy"})
-        await asyncio.sleep(BUSY_RETRY_SECONDS)
-        self._still_ours(job)
-
-    async def _record_failure(self, job: Job, error: BaseException | str) -> None:
-        while True:
-            try:
-                state = await self.queue.fail(job, error)
-            except Busy:
-                await self._busy(job, "failure")
-            else:
-                break
-        log.warning(
-            "job %s of queue %s failed (attempt %d of %d), %s: %s",
-            job.id, job.queue, job.attempts, job.max_attempts,
-            {"queued": "retried later", "dead": "dead now"}.get(
-                state or "", "not counted (stale fence)"),
-            error_text(error), extra={
-                "queue": job.queue, "job": job.id, "fence": job.fence,
-                "owner": job.lease.owner, "attempt": job.attempts, "now": state})
-
-    async def _record_end(self, job: Job, result: object, slot: object) -> None:
-        """Complete the job with its result; a result that cannot be stored
-        fails the job instead, with that reason."""
-        why = unstorable(result)
-        if why is None:
-            why = await self._complete(job, result, slot)  # type: ignore[arg-type]
-            if why is None:
-                return
-        self._handled(slot)
-        await self._record_failure(job, f"its result could not be stored: {why}")
-
-    async def _complete(self, job: Job, result: str | None, slot: object) -> str | None:
-        """Record the job's completion; ``None``, or why the database refused
-        to store its result."""
-        completed = self._completions.complete(job, result)
-        self._handled(slot)
-        while True:
-            try:
-                counted = await completed
-            except Busy:
-                await self._busy(job, "completion")
-                completed = self._completions.complete(job, result)
-                continue
-            except asyncpg.DataError as exc:  # refused by the database itself
-                self._still_ours(job)
-                return sanitize_error(str(exc))
-            if not counted:
-                log.warning("job %s of queue %s completed under fence %s, no longer "
-                            "current: not counted", job.id, job.queue, job.fence,
-                            extra={"queue": job.queue, "job": job.id,
-                                   "fence": job.fence, "owner": job.lease.owner})
-            return None
 
     async def _backstop(self) -> None:
         """Recover expired claims even when this worker is too busy to poll,
@@ -551,4 +348,4 @@ class Worker:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
-        await self._completions.close(max(0.0, deadline - loop.time()))
+        await self._ends.close(max(0.0, deadline - loop.time()))

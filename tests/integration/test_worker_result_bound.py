@@ -12,8 +12,8 @@ import asyncpg
 import pytest
 
 from leases import LeaseClient, Queue, RetryPolicy, Worker
+from leases.completion import MAX_RESULT_BYTES, unstorable
 from leases.queue import Job
-from leases.worker import MAX_RESULT_BYTES, unstorable
 from tests.support.working import run_worker_until
 
 

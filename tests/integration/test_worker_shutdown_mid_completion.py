@@ -47,7 +47,8 @@ async def test_a_completion_stuck_at_the_end_of_the_grace_period_ends_with_run(
         worker.stop()
         await task
         left = [t for t in asyncio.all_tasks() if not t.done()
-                and t.get_coro().__qualname__.startswith(("Worker.", "_Completions."))]
+                and t.get_coro().__qualname__.startswith(
+                    ("Worker.", "GroupCommit.", "Completions.", "Recorder."))]
         assert left == [], left
     finally:
         await tx.rollback()

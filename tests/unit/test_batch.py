@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from leases.batch import Batcher
+from leases.batch import Batcher, Entry, GroupCommit
 
 
 class Recorder:
@@ -75,3 +75,59 @@ async def test_batches_are_bounded() -> None:
     batcher: Batcher[int, int] = Batcher(run, max_batch=2, max_in_flight=1)
     assert await asyncio.gather(*(batcher(i) for i in range(5))) == [0, 10, 20, 30, 40]
     assert [len(b) for b in run.batches] == [2, 2, 1]
+
+
+class Picky(GroupCommit[int, int]):
+    """Refuses any statement carrying a negative number, as the database
+    refuses a batch for one bad row; a refused lone call is its own answer."""
+
+    def __init__(self) -> None:
+        super().__init__(max_in_flight=1)
+        self.batches: list[list[int]] = []
+
+    async def _send(self, batch: list[Entry[int, int]]) -> None:
+        items = [e.item for e in batch]
+        self.batches.append(items)
+        await asyncio.sleep(0)
+        if any(i < 0 for i in items):
+            if not self.one_by_one(batch):
+                batch[0].future.set_exception(ValueError(items[0]))
+            return
+        for entry in batch:
+            entry.future.set_result(entry.item * 10)
+
+
+async def test_a_refused_batch_goes_again_one_call_per_statement() -> None:
+    picky = Picky()
+    results = await asyncio.gather(*(picky.submit(i) for i in (1, -2, 3)),
+                                   return_exceptions=True)
+    assert results[0] == 10 and results[2] == 30 and isinstance(results[1], ValueError)
+    assert picky.batches == [[1, -2, 3], [1], [-2], [3]]
+
+
+class Stuck(GroupCommit[int, int]):
+    """A statement that never comes back."""
+
+    def __init__(self) -> None:
+        super().__init__(max_in_flight=1)
+        self.left: list[int] = []
+
+    async def _send(self, batch: list[Entry[int, int]]) -> None:
+        await asyncio.Event().wait()
+
+    def _left(self, entry: Entry[int, int]) -> None:
+        self.left.append(entry.item)
+        super()._left(entry)
+
+
+async def test_close_ends_what_is_out_and_hands_back_every_unanswered_call() -> None:
+    stuck = Stuck()
+    out = stuck.submit(1)
+    await asyncio.sleep(0)  # the first statement is out; the next calls wait for it
+    queued = [stuck.submit(2), stuck.submit(3)]
+    stuck.requeue([Entry(4, asyncio.get_running_loop().create_future(), 0.0)], after=3600)
+    await stuck.close(0.01)
+    assert sorted(stuck.left) == [1, 2, 3, 4]
+    assert out.cancelled() and all(f.cancelled() for f in queued)
+    assert [t for t in asyncio.all_tasks()
+            if t.get_coro().__qualname__.startswith("GroupCommit.")] == []
