@@ -54,6 +54,7 @@ LANGUAGE plpgsql VOLATILE ROWS 1 AS $$
 DECLARE
     l fencegate_leases%ROWTYPE;
     waited text;
+    locked boolean;
 BEGIN
     LOOP
         -- FOR UPDATE: the one lock that a fenced transaction's FOR KEY SHARE
@@ -90,12 +91,13 @@ BEGIN
                     PERFORM set_config('lock_timeout', '250ms', true);
                 END IF;
                 SELECT * INTO l FROM fencegate_leases WHERE resource = p_resource FOR UPDATE;
+                locked := FOUND;  -- before PERFORM, which sets FOUND again
                 PERFORM set_config('lock_timeout', waited, true);
             EXCEPTION WHEN lock_not_available THEN
                 RETURN;
             END;
-            IF NOT FOUND THEN
-                CONTINUE;  -- purged meanwhile
+            IF NOT locked THEN
+                CONTINUE;  -- purged meanwhile: make the row anew
             END IF;
         END IF;
         -- the lease rules, on the row's newest version, locked
@@ -321,9 +323,26 @@ DECLARE
     left_ms bigint;
     idle text;
 BEGIN
-    SELECT * INTO l FROM fencegate_leases
-     WHERE fencegate_leases.resource = fencegate_check_fence.resource
-       FOR KEY SHARE;
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT * INTO l FROM fencegate_leases
+         WHERE fencegate_leases.resource = fencegate_check_fence.resource
+           FOR KEY SHARE;
+    ELSE
+        -- REPEATABLE READ, SERIALIZABLE: the snapshot's row may be an older
+        -- version than the newest. A renewal's or an admission's update does
+        -- not stop a KEY SHARE lock; a claim's (FOR UPDATE) and a purge's
+        -- DELETE do, with a serialization failure: that is a fence no longer
+        -- current, refused as every other one is.
+        BEGIN
+            SELECT * INTO l FROM fencegate_leases
+             WHERE fencegate_leases.resource = fencegate_check_fence.resource
+               FOR KEY SHARE;
+        EXCEPTION WHEN serialization_failure THEN
+            RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'stale_fence',
+                  DETAIL = format('%s was claimed again (or purged) after this '
+                                  'transaction''s snapshot', fencegate_check_fence.resource);
+        END;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'no_lease';
     ELSIF fencegate_check_fence.fence IS NULL
