@@ -76,6 +76,8 @@ def stopped() -> Iterator[list[subprocess.Popen[bytes]]]:
         with contextlib.suppress(ProcessLookupError):
             worker.send_signal(signal.SIGKILL)
         worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
 
 
 @pytest.mark.xfail(strict=True, reason=STALL_REASON)
