@@ -127,15 +127,16 @@ class Lease:
     async def transaction(self, conn: asyncpg.Connection,
                           **options: Any) -> AsyncIterator[asyncpg.Connection]:
         """``async with lease.transaction(conn):`` a transaction on ``conn``
-        (asyncpg's ``options``: isolation, readonly, deferrable) whose writes
+        (asyncpg's ``options``: isolation, deferrable; not readonly, the
+        check takes a row lock) whose writes
         commit only under this lease's fence: checked as it starts
         (``check_fence``), and again locally before the commit, so a lease
         lost meanwhile (lost-ownership mode) commits nothing. A refusal raises
         ``FenceRefused`` (a ``LeaseLost``) and rolls everything back.
 
         Keep the transaction short: while it is open the resource cannot be
-        claimed by anyone else, and PostgreSQL ends a session left idle in it
-        longer than the lease had left when it was checked."""
+        claimed by anyone else; once the lease has expired, the next claim
+        ends the session."""
         async with conn.transaction(**options):
             await self.check_fence(conn)
             yield conn

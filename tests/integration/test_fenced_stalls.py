@@ -3,14 +3,16 @@ protocol exchange rather than idle between statements.
 
 The invariant (issue 26, CONTRACT.md "Fenced writes in your own
 transaction"): a transaction left open by a stalled worker delays the next
-grant of its resource, but not forever. fencegate_check_fence bounds it with
-idle_in_transaction_session_timeout, which PostgreSQL applies only while the
-session is idle after a completed statement. A session stalled while the
+grant of its resource, but not forever. A PostgreSQL timeout
+(idle_in_transaction_session_timeout) applies only while the session is idle
+after a completed statement. A session stalled while the
 server streams a result to it (wait_event ClientWrite) or while it reads a
 COPY from it (ClientRead, state active) is not idle: neither that timeout nor
 statement_timeout (a cancel is not served while the server waits on the
 client) ever ends it, so its lease row stays FOR KEY SHARE locked and every
-claim of the resource is answered as held, long after the lease expired."""
+claim of the resource would be answered as held, long after the lease
+expired. So a claim held back by a fenced transaction of an expired lease
+ends that transaction's session (fencegate_end_fenced)."""
 
 from __future__ import annotations
 
@@ -30,12 +32,6 @@ from tests.support.waiting import until
 
 #: what the fix should bound the wait by (a ttl of 1 s, a loaded machine)
 BOUND_SECONDS = 20.0
-
-STALL_REASON = ("a fenced transaction stalled mid-statement (ClientWrite, or ClientRead "
-                "in COPY) is not idle, so idle_in_transaction_session_timeout never "
-                "ends it and the resource is held forever; fix: the claim ends "
-                "(pg_terminate_backend) the fenced sessions of an expired lease, found "
-                "through a lock the check takes")
 
 #: the stalled worker: checks the fence, then reads a result far larger than
 #: the socket buffers, discarding it (simple protocol: nothing accumulates)
@@ -80,7 +76,6 @@ def stopped() -> Iterator[list[subprocess.Popen[bytes]]]:
             worker.stdout.close()
 
 
-@pytest.mark.xfail(strict=True, reason=STALL_REASON)
 async def test_a_worker_stopped_while_reading_a_result_does_not_hold_the_resource_forever(
         dsn: str, pool: asyncpg.Pool, admin: asyncpg.Connection,
         stopped: list[subprocess.Popen[bytes]]) -> None:
@@ -101,7 +96,6 @@ async def test_a_worker_stopped_while_reading_a_result_does_not_hold_the_resourc
                 "the next claim, once the stalled lease is over", seconds=BOUND_SECONDS)
 
 
-@pytest.mark.xfail(strict=True, reason=STALL_REASON)
 async def test_a_worker_stalled_in_a_copy_does_not_hold_the_resource_forever(
         dsn: str, pool: asyncpg.Pool, admin: asyncpg.Connection) -> None:
     lease = await LeaseClient(pool=pool, owner="a").claim("acct:1", ttl=1)

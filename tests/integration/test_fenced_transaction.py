@@ -77,9 +77,9 @@ async def test_each_refusal_names_its_reason_and_rolls_the_writes_back(
 
 async def test_no_newer_grant_while_a_checked_transaction_is_open(
         pool: asyncpg.Pool, conn: asyncpg.Connection) -> None:
-    """The zombie's transaction passed its check; its lease then ends. Until
-    that transaction ends, a claim is answered as held, and the moment it
-    ends the claim wins: its write can never overlap the next fence."""
+    """The zombie's transaction passed its check; its lease then ends. A claim
+    is not granted while that transaction is open: it ends the zombie's
+    session first, so the zombie's write never commits beside the new fence."""
     a = LeaseClient(pool=pool, owner="a")
     b = LeaseClient(pool=pool, owner="b")
     lease = await a.claim("acct:1", ttl=30)
@@ -87,15 +87,15 @@ async def test_no_newer_grant_while_a_checked_transaction_is_open(
     tx = conn.transaction()
     await tx.start()
     await conn.execute("SELECT fencegate_check_fence($1, $2)", lease.resource, lease.fence)
-    # the lease ends under the open transaction (a release: as an expiry would)
+    await conn.execute("UPDATE accounts SET balance = 0 WHERE id = 1")
+    # the lease ends under the open transaction (as an expiry would)
     assert await pool.fetchval("UPDATE fencegate_leases SET expires_at = clock_timestamp()"
                                " WHERE resource = 'acct:1' RETURNING true")
-    assert await b.claim("acct:1", ttl=30) is None  # held, not granted
-    await conn.execute("UPDATE accounts SET balance = 0 WHERE id = 1")
-    await tx.commit()
     taken = await b.claim("acct:1", ttl=30)
     assert taken is not None and taken.fence > lease.fence
-    assert await _balance(pool) == 0
+    with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+        await tx.commit()  # its session was ended before the grant
+    assert await _balance(pool) == 100
 
 
 async def test_the_holders_renewals_go_on_under_its_open_transaction(
@@ -126,12 +126,12 @@ async def test_a_claim_on_a_live_lease_under_a_checked_transaction_loses_at_once
         assert await LeaseClient(pool=pool, owner="b").claim("acct:1", ttl=30) is None
 
 
-async def test_a_stalled_checked_transaction_is_ended_by_the_server(
+async def test_a_stalled_checked_transaction_is_ended_by_the_next_claim(
         pool: asyncpg.Pool, conn: asyncpg.Connection, admin: asyncpg.Connection) -> None:
     """A worker that stalls (SIGSTOP, a GC pause) with its fenced transaction
-    open cannot hold the resource forever: the check bounds how long the
-    transaction may sit idle by what the lease had left, so PostgreSQL ends
-    the session, the transaction rolls back, and the next claim wins."""
+    open cannot hold the resource forever: once its lease has expired, the
+    next claim ends the stalled session, the transaction rolls back, and the
+    claim wins."""
     lease = await LeaseClient(pool=pool, owner="a").claim("acct:1", ttl=1)
     assert lease is not None
     pid = await conn.fetchval("SELECT pg_backend_pid()")
@@ -140,28 +140,35 @@ async def test_a_stalled_checked_transaction_is_ended_by_the_server(
     await conn.execute("UPDATE accounts SET balance = 0 WHERE id = 1")
     await conn.execute("SELECT fencegate_check_fence($1, $2)", lease.resource, lease.fence)
     # the worker stalls here, idle in its transaction, and never comes back
-    await until(lambda: _gone(admin, pid), "the stalled session ended by the server",
-                seconds=60)
-    taken = await LeaseClient(pool=pool, owner="b").claim("acct:1", ttl=30)
-    assert taken is not None
+    await until(lambda: _expired(pool, lease.resource), "the stalled lease expired")
+    await until(lambda: _claimed(pool, lease.resource), "the next claim")
+    assert await _gone(admin, pid)
     assert await _balance(pool) == 100
+
+
+async def test_a_live_holders_idle_transaction_is_not_ended(
+        pool: asyncpg.Pool, conn: asyncpg.Connection) -> None:
+    """The holder may keep its checked transaction open (idle, between
+    statements) while its lease lives: a claim by another loses and ends
+    nothing, and the transaction commits."""
+    lease = await LeaseClient(pool=pool, owner="a").claim("acct:1", ttl=300)
+    assert lease is not None
+    async with conn.transaction():
+        await conn.execute("SELECT fencegate_check_fence($1, $2)", lease.resource, lease.fence)
+        assert not await _claimed(pool, lease.resource)
+        assert not await pool.fetchval("SELECT fencegate_end_fenced('other')")
+        await conn.execute("UPDATE accounts SET balance = 1 WHERE id = 1")
+    assert await _balance(pool) == 1
+
+
+async def _expired(pool: asyncpg.Pool, resource: str) -> bool:
+    return bool(await pool.fetchval("SELECT expires_at <= clock_timestamp() FROM "
+                                    "fencegate_leases WHERE resource = $1", resource))
+
+
+async def _claimed(pool: asyncpg.Pool, resource: str) -> bool:
+    return await LeaseClient(pool=pool, owner="b").claim(resource, ttl=30) is not None
 
 
 async def _gone(admin: asyncpg.Connection, pid: int) -> bool:
     return not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
-
-
-async def test_the_check_keeps_a_lower_idle_timeout_of_the_caller(
-        pool: asyncpg.Pool, conn: asyncpg.Connection) -> None:
-    lease = await LeaseClient(pool=pool, owner="a").claim("acct:1", ttl=300)
-    assert lease is not None
-    async with conn.transaction():
-        await conn.execute("SET LOCAL idle_in_transaction_session_timeout = '5s'")
-        await conn.execute("SELECT fencegate_check_fence($1, $2)", lease.resource, lease.fence)
-        assert await conn.fetchval("SHOW idle_in_transaction_session_timeout") == "5s"
-    async with conn.transaction():
-        await conn.execute("SELECT fencegate_check_fence($1, $2)", lease.resource, lease.fence)
-        shown = await conn.fetchval("SHOW idle_in_transaction_session_timeout")
-        assert shown != "0"
-    # and it lasts only as long as the transaction
-    assert await conn.fetchval("SHOW idle_in_transaction_session_timeout") == "0"

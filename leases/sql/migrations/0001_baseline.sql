@@ -38,6 +38,40 @@ CREATE TABLE fencegate_leases (
         CHECK (inflight = 0 OR drain_until IS NOT NULL)
 );
 
+-- The fenced transactions (fencegate_check_fence) open on p_resource, ended:
+-- their sessions are terminated, each waited for at most 250 ms. Called by a
+-- claim of an expired lease that such a transaction held back 250 ms: its
+-- worker is a zombie stalled with it open, idle or mid-statement (blocked
+-- writing a result to a stopped process, or reading its COPY), where no
+-- timeout of PostgreSQL's own ends it. They are found by the advisory lock
+-- each check takes (key: the resource hashed with seed 412). True if any was
+-- ended. Terminating needs the same role or pg_signal_backend; without it,
+-- nothing is ended and the claim is answered as held.
+CREATE FUNCTION fencegate_end_fenced(p_resource text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    key bigint := hashtextextended(p_resource, 412);
+    holder integer;
+    ended boolean := false;
+BEGIN
+    FOR holder IN
+        SELECT k.pid FROM pg_locks k
+         WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
+           AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND k.classid = ((key >> 32) & 4294967295)::oid
+           AND k.objid = (key & 4294967295)::oid
+           AND k.pid <> pg_backend_pid()
+    LOOP
+        BEGIN
+            ended := pg_terminate_backend(holder, 250) OR ended;
+        EXCEPTION WHEN insufficient_privilege THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN ended;
+END
+$$;
+
 -- The lease upsert, in one place: a claim of a resource (claim_lease) and of
 -- a job's lease (claim_jobs). It wins when the resource has no live lease, or
 -- (p_same_owner) its live lease is the caller's, and no effect of the
@@ -55,6 +89,7 @@ DECLARE
     l fencegate_leases%ROWTYPE;
     waited text;
     locked boolean;
+    ended boolean := false;
 BEGIN
     LOOP
         -- FOR UPDATE: the one lock that a fenced transaction's FOR KEY SHARE
@@ -94,7 +129,17 @@ BEGIN
                 locked := FOUND;  -- before PERFORM, which sets FOUND again
                 PERFORM set_config('lock_timeout', waited, true);
             EXCEPTION WHEN lock_not_available THEN
-                RETURN;
+                -- held that long. A fenced transaction of an expired lease
+                -- is ended (fencegate_end_fenced) and the row waited for once
+                -- more; anything else keeps the resource: held.
+                IF ended OR l.expires_at > clock_timestamp() THEN
+                    RETURN;
+                END IF;
+                ended := fencegate_end_fenced(p_resource);
+                IF NOT ended THEN
+                    RETURN;
+                END IF;
+                CONTINUE;
             END;
             IF NOT locked THEN
                 CONTINUE;  -- purged meanwhile: make the row anew
@@ -312,16 +357,14 @@ $$;
 -- and a write it commits can never overlap the next holder. The holder's own
 -- renewals and admissions take FOR NO KEY UPDATE, which it does not hold
 -- back. (Taken in a savepoint that is rolled back to, the lock goes with it.)
--- A stalled caller cannot keep the resource forever: the transaction may sit
--- idle at most as long as the lease had left (idle_in_transaction_session_
--- timeout, for this transaction only, unless the caller set a lower one);
--- then PostgreSQL ends the session and the transaction rolls back.
+-- A stalled caller cannot keep the resource forever: once its lease has
+-- expired, a claim held back 250 ms ends its session (fencegate_end_fenced,
+-- found by the advisory lock taken here) and the transaction rolls back.
 CREATE FUNCTION fencegate_check_fence(resource text, fence bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     l fencegate_leases%ROWTYPE;
     left_ms bigint;
-    idle text;
 BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
         SELECT * INTO l FROM fencegate_leases
@@ -356,10 +399,9 @@ BEGIN
     IF left_ms <= 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'FG412', MESSAGE = 'lease_expired';
     END IF;
-    idle := current_setting('idle_in_transaction_session_timeout');
-    IF idle = '0' OR idle::interval > make_interval(secs => left_ms / 1000.0) THEN
-        PERFORM set_config('idle_in_transaction_session_timeout', left_ms || 'ms', true);
-    END IF;
+    -- found by a claim of the lease once expired, should this transaction
+    -- still be open then (fencegate_end_fenced)
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended(fencegate_check_fence.resource, 412));
 END
 $$;
 
