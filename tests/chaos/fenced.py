@@ -134,6 +134,8 @@ async def write(rec: Recorder, owner: str, dsn: str, resource: str, fence: int, 
         outcome, code = ("unknown" if at_commit else "failed"), type(e).__name__
         if isinstance(e, asyncio.CancelledError):
             raise
+    except Exception as e:  # anything else: still answered, and named
+        outcome, code = ("unknown" if at_commit else "failed"), f"{type(e).__name__}: {e}"
     finally:
         if conn is not None:
             conn.terminate()
