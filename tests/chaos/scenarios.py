@@ -1,4 +1,5 @@
-"""The two chaos scenarios: zombie trials, and a mixed soak under random faults.
+"""The chaos scenarios: zombie trials, mixed batches, and a mixed soak under
+random faults (the fenced database writes' trials: tests.chaos.fenced).
 
 Every random choice (trial timings, which fault, when, for how long) comes from
 one ``random.Random(seed)``, so a seed replays the same schedule.
@@ -27,6 +28,9 @@ from tests.chaos.worker import METHODS, SOAK_QUEUE, SOAK_TTL
 ZOMBIE_TTL = 0.4
 #: effects with a body a slow link takes seconds to carry (tests.chaos.worker)
 LARGE_FRACTION = 0.1
+#: soak jobs that write to the database in a fenced transaction instead
+#: (tests.chaos.fenced), under the soak's faults
+DB_FRACTION = 0.2
 
 
 class LaneWorker:
@@ -245,7 +249,8 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
     pool = await asyncpg.create_pool(cluster.pg_dsn, min_size=1, max_size=2)
     q = Queue(LeaseClient(pool=pool), SOAK_QUEUE)
     now = dt.datetime.now(dt.UTC)
-    jobs = [NewJob({"kind": rng.choice(["smtp", "http"]), "method": rng.choice(METHODS),
+    jobs = [NewJob({"kind": "db" if rng.random() < DB_FRACTION else rng.choice(["smtp", "http"]),
+                    "method": rng.choice(METHODS),
                     "chunked": rng.random() < 0.2, "large": rng.random() < LARGE_FRACTION},
                    run_at=now + dt.timedelta(seconds=rng.uniform(0, spread_seconds)),
                    max_attempts=1000)

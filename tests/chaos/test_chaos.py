@@ -1,6 +1,7 @@
 """A small chaos run inside `make test`: a few zombie trials, a few rounds of
-batches mixing stale and current fences, and a short soak
-that meets every kind of fault once. `make chaos` runs the full one."""
+batches mixing stale and current fences, a few zombies' fenced database
+writes, and a short soak (a fifth of its jobs fenced database writes) that
+meets every kind of fault once. `make chaos` runs the full one."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ async def test_a_small_chaos_run_finds_no_violation() -> None:
     faults = list(FAULTS)
     random.Random(seed).shuffle(faults)
     r = await run(seed, trials=12, lanes=2, workers=3, effects=200, spread=12.0,
-                  faults=faults, slow_fraction=0.02, soak_limit=75, mixed_rounds=4)
+                  faults=faults, slow_fraction=0.02, soak_limit=75, mixed_rounds=4,
+                  fenced_trials=6)
     assert r.report.ok, f"seed {seed}:\n" + markdown(r)
     assert r.trials.trials == 12
     assert r.mixed.rounds == 4
@@ -24,3 +26,7 @@ async def test_a_small_chaos_run_finds_no_violation() -> None:
         r.mixed.outcomes
     assert r.report.figures["deliveries"] > 0
     assert sum(r.soak.faults.values()) == len(FAULTS)
+    assert r.fenced.trials == 6
+    fenced = r.report.figures["fenced_outcomes"]
+    assert any(k.startswith("committed") for k in fenced), fenced
+    assert r.report.figures["fenced_rows"] > 0

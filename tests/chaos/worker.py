@@ -1,16 +1,19 @@
 """A chaos worker process, in one of two modes.
 
     python -m tests.chaos.worker lane NAME DSN GATEWAY_URL API_KEY HISTORY_DIR
-        Obeys JSON commands on stdin ({"op": "claim"|"send", ...}) and answers on
-        stdout, so the orchestrator can freeze it (SIGSTOP) between any two steps.
+        Obeys JSON commands on stdin ({"op": "claim"|"send"|"write", ...}) and
+        answers on stdout, so the orchestrator can freeze it (SIGSTOP) between any two steps.
         It sends with a bare (resource, fence) pair and never checks its lease:
         the zombie as a buggy or non-Python worker would be. Only the gateway
-        stands between it and a second delivery.
+        stands between it and a second delivery. "write" is a fenced database
+        write (tests.chaos.fenced), checked by the database alone.
 
     python -m tests.chaos.worker soak NAME DSN GATEWAY_URL API_KEY HISTORY_DIR
         Runs a leases.Worker over the queue "soak"; each job sends one effect
         through GatewayClient under the job's own lease (the lease client in
-        full: renewals, cancellation on loss). Exits when the queue is drained.
+        full: renewals, cancellation on loss), or, for a job of kind "db", writes
+        a row and completes the job in one ``job.transaction``. Exits when the
+        queue is drained.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.client import FenceToken, GatewayClient, GatewayProblem, GatewayUnreachable
-from leases import Job, LeaseClient, LeaseLost, Queue, RetryPolicy, Worker
+from leases import Job, Lease, LeaseClient, LeaseLost, Queue, RetryPolicy, Worker
+from tests.chaos import fenced
 from tests.chaos.history import Recorder
 from tests.chaos.sinks import ANSWER, BODY_HASH_HEADER
 
@@ -95,11 +99,19 @@ async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
             sys.stdout.write(json.dumps(data) + "\n")
             sys.stdout.flush()
 
+    held: dict[tuple[str, int], Lease] = {}
     async with LeaseClient(dsn, owner=name, pool_size=2) as leases, \
             GatewayClient(url, key, timeout_seconds=20) as gw:
 
         async def do(cmd: dict[str, Any]) -> None:
-            if cmd["op"] == "claim":
+            if cmd["op"] == "write":
+                lease = held.get((cmd["resource"], cmd["fence"])) if cmd.get("api") else None
+                outcome, code = await fenced.write(
+                    rec, name, dsn, cmd["resource"], cmd["fence"], lease=lease,
+                    before=cmd.get("before", 0.0), inside=cmd.get("inside", 0.0),
+                    working=cmd.get("working", False))
+                await reply({"id": cmd["id"], "outcome": outcome, "code": code})
+            elif cmd["op"] == "claim":
                 try:
                     lease = await leases.claim(cmd["resource"], cmd["ttl"])
                 except Exception as exc:  # the database is down (the HA run's failovers)
@@ -107,6 +119,7 @@ async def lane(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
                                  "error": type(exc).__name__})
                     return
                 if lease is not None:
+                    held[(lease.resource, lease.fence)] = lease
                     expires = lease.expires_at.timestamp()
                     rec.record("claim", owner=name, resource=lease.resource,
                                fence=lease.fence, granted=expires - cmd["ttl"],
@@ -161,9 +174,11 @@ async def soak(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
         q.rec = rec
 
         async def handle(job: Job) -> str:
+            kind = job.payload["kind"]
+            if kind == "db":
+                return await fenced.job_write(rec, name, q, job)
             effect_key = f"job-{job.id}"
             t0 = time.time()
-            kind = job.payload["kind"]
             status, code, whole = await send(gw, job.lease, kind, effect_key,
                                              job.payload.get("method", "POST"),
                                              job.payload.get("chunked", False),
