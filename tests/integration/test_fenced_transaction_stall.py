@@ -8,15 +8,15 @@ Sync, and sends Bind, Execute and Sync after the answer. A worker frozen
 between the two (SIGSTOP, a GC pause) leaves its backend "active", reading the
 next message: idle_in_transaction_session_timeout, the bound that
 fencegate_check_fence sets, is armed only when the backend is idle after a
-Sync, so it never fires, and the FOR KEY SHARE lock holds back every new grant
-of the resource until the worker wakes."""
+Sync, so it would never fire, and the FOR KEY SHARE lock would hold back
+every new grant of the resource until the worker wakes. So the next claim of
+the expired lease ends the stalled session (fencegate_end_fenced)."""
 
 from __future__ import annotations
 
 import struct
 
 import asyncpg
-import pytest
 
 from leases import LeaseClient
 from tests.support.waiting import until
@@ -38,13 +38,6 @@ async def _state(admin: asyncpg.Connection, pid: int) -> str | None:
     return state
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fencegate_check_fence bounds a stalled transaction only by "
-    "idle_in_transaction_session_timeout, which PostgreSQL arms after a Sync; a "
-    "client stalled between asyncpg's Parse/Describe/Flush and its Bind/Execute/Sync "
-    "keeps its backend 'active' and the resource ungrantable (leases/sql/schema.sql "
-    "fencegate_check_fence; a transaction_timeout, PostgreSQL 17+, ends it, a "
-    "statement_timeout does not)"))
 async def test_a_worker_stalled_mid_statement_in_a_fenced_transaction_is_ended(
         pool: asyncpg.Pool, dsn: str) -> None:
     lease = await LeaseClient(pool=pool, owner="a").claim("acct:1", ttl=0.5)
