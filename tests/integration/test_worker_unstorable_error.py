@@ -7,14 +7,12 @@ job's task."""
 
 from __future__ import annotations
 
-import random
-
 import asyncpg
 import pytest
 
-from leases import LeaseClient, Queue, RetryPolicy, Worker
+from leases import Worker
 from leases.queue import Job
-from tests.support.working import run_worker_until
+from tests.support.working import run_worker_until, worker_queue
 
 
 class Unprintable(Exception):
@@ -28,9 +26,7 @@ class Unprintable(Exception):
 async def test_an_error_with_an_unstorable_message_is_recorded(
     pool: asyncpg.Pool, error: Exception,
 ) -> None:
-    q = Queue(LeaseClient(pool=pool, owner="w1"), "mail", rng=random.Random(1),
-              retry=RetryPolicy(max_attempts=3, base_seconds=0.01, cap_seconds=0.02),
-              recovery_interval=3600)
+    q = worker_queue(pool)
     await q.enqueue({"n": 1})
     runs = 0
 
