@@ -11,7 +11,8 @@ import asyncpg
 from leases import Queue
 
 
-async def lapse(pool: asyncpg.Pool, *resources: str, after: Iterable[Queue] = ()) -> None:
+async def lapse(pool: asyncpg.Pool | asyncpg.Connection, *resources: str,
+                after: Iterable[Queue] = ()) -> None:
     """Let the live leases on ``resources`` (all of them, if none is named)
     run out now, as if their ttl had passed: the holder stalled or died. The
     fence and the drain barrier stay as they are.
