@@ -259,6 +259,21 @@ def preset_provider(name: str, fake: FakeProvider, **over: Any) -> dict[str, Any
     return table
 
 
+async def preset_gateway(make_gw: Callable[..., Awaitable[Gw]],
+                         fakes: dict[str, FakeProvider], name: str, **over: Any) -> Gw:
+    """A gateway whose provider ``name`` is its preset, pointed at its fake."""
+    return await make_gw(providers={name: preset_provider(name, fakes[name], **over)})
+
+
+async def gateway_with(make_gw: Callable[..., Awaitable[Gw]], fakes: dict[str, FakeProvider],
+                       name: str, resource: str = "run:1", **over: Any) -> tuple[Gw, Lease]:
+    """``preset_gateway``, and a live lease on ``resource`` to send under."""
+    gw = await preset_gateway(make_gw, fakes, name, **over)
+    lease = await gw.leases.claim(resource, ttl=30)
+    assert lease is not None
+    return gw, lease
+
+
 for _fake in (FakeResend, FakePostmark, FakeSendGrid, FakeMailgun, FakeSes, FakeHubSpot):
     os.environ.setdefault(_fake.secret_env, _fake.secret)
 os.environ.setdefault(FakeSes.key_id_env, FakeSes.key_id)

@@ -80,12 +80,7 @@ async def test_a_timed_out_http_request_leaves_nothing_on_the_wire(
                                     data=b"x" * BODY_BYTES)
     assert status == 504 and body["code"] == "provider_timeout", body
     await claim_after_barrier(gw.pool, "run:A")
-    [conn] = http_link.conns
-    await conn.ended.wait()
-    await conn.settled.wait()
-    assert _fence_f(gw, lease) == [], "fence F's request reached the provider after F+1"
-    assert conn.ending == "reset", "the connection was closed gracefully: its queue went on"
-    assert conn.forwarded < BODY_BYTES
+    await _nothing_after_f1(http_link, gw.hook, lease)
 
 
 async def test_a_provider_that_stops_reading_gets_nothing_after_the_barrier(
@@ -178,9 +173,12 @@ idempotency_header = ""
 """, server=FAST_TOML)
 
 
-async def _under_way(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
+async def _under_way(http: aiohttp.ClientSession, url: str, lease: Lease, key: str,
                      link: SlowLink) -> asyncio.Task[aiohttp.ClientResponse]:
-    """The big request sent, once its first bytes have crossed the link."""
+    """The big request sent under ``lease`` and ``key``, once its first
+    bytes have crossed the link."""
+    headers = {"Authorization": "Bearer k", "Fence-Resource": lease.resource,
+               "Fence-Token": str(lease.fence), "Idempotency-Key": key}
     sending = asyncio.create_task(
         http.post(url + "/v1/http/slowhook/x", headers=headers, data=b"x" * BODY_BYTES))
 
@@ -190,6 +188,18 @@ async def _under_way(http: aiohttp.ClientSession, url: str, headers: dict[str, s
 
     await until(under_way, "the request under way over the link", every=0.01)
     return sending
+
+
+async def _nothing_after_f1(link: SlowLink, sink: WebhookSink, lease: Lease) -> None:
+    """Once the link's connection has ended: none of fence F's request
+    reached the provider whole, and its connection was reset."""
+    [conn] = link.conns
+    await conn.ended.wait()
+    await conn.settled.wait()
+    late = [d for d in sink.deliveries if d.headers.get("Fence-Token") == str(lease.fence)]
+    assert late == [], "the gateway's request reached the provider after F+1"
+    assert conn.ending == "reset"
+    assert conn.forwarded < BODY_BYTES
 
 
 async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
@@ -204,10 +214,8 @@ async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
     try:
         lease = await LeaseClient(pool=pool, owner="worker-a").claim("run:A", ttl=60)
         assert lease is not None
-        headers = {"Authorization": "Bearer k", "Fence-Resource": lease.resource,
-                   "Fence-Token": str(lease.fence), "Idempotency-Key": "killed-1"}
         async with aiohttp.ClientSession() as http:
-            sending = await _under_way(http, url, headers, http_link)
+            sending = await _under_way(http, url, lease, "killed-1", http_link)
             proc.kill()  # SIGKILL, mid-send
             proc.wait()
             with contextlib.suppress(aiohttp.ClientError):
@@ -217,13 +225,7 @@ async def test_a_gateway_killed_mid_send_leaves_nothing_on_the_wire(
             proc.kill()
             proc.wait()
     await claim_after_barrier(pool, "run:A")
-    [conn] = http_link.conns
-    await conn.ended.wait()
-    await conn.settled.wait()
-    late = [d for d in webhook_sink.deliveries if d.headers.get("Fence-Token") == str(lease.fence)]
-    assert late == [], "the dead gateway's request reached the provider after F+1"
-    assert conn.ending == "reset"
-    assert conn.forwarded < BODY_BYTES
+    await _nothing_after_f1(http_link, webhook_sink, lease)
 
 
 async def test_a_gateway_stopped_across_its_deadline_completes_nothing_after_f1(
@@ -239,10 +241,8 @@ async def test_a_gateway_stopped_across_its_deadline_completes_nothing_after_f1(
     try:
         lease = await LeaseClient(pool=pool, owner="worker-a").claim("run:A", ttl=60)
         assert lease is not None
-        headers = {"Authorization": "Bearer k", "Fence-Resource": lease.resource,
-                   "Fence-Token": str(lease.fence), "Idempotency-Key": "stopped-gw-1"}
         async with aiohttp.ClientSession() as http:
-            sending = await _under_way(http, url, headers, http_link)
+            sending = await _under_way(http, url, lease, "stopped-gw-1", http_link)
             proc.send_signal(signal.SIGSTOP)
             try:
                 await claim_after_barrier(pool, "run:A")
@@ -253,10 +253,4 @@ async def test_a_gateway_stopped_across_its_deadline_completes_nothing_after_f1(
     finally:
         proc.kill()
         proc.wait()
-    [conn] = http_link.conns
-    await conn.ended.wait()
-    await conn.settled.wait()
-    late = [d for d in webhook_sink.deliveries if d.headers.get("Fence-Token") == str(lease.fence)]
-    assert late == [], "the stopped gateway's request reached the provider after F+1"
-    assert conn.ending == "reset"
-    assert conn.forwarded < BODY_BYTES
+    await _nothing_after_f1(http_link, webhook_sink, lease)

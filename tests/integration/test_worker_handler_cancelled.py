@@ -12,7 +12,7 @@ import asyncpg
 
 from leases import Worker
 from leases.queue import Job
-from tests.support.working import run_worker_until, worker_queue
+from tests.support.working import run_failing_once, worker_queue
 
 
 async def test_a_cancellation_raised_by_the_handler_is_a_failed_attempt(
@@ -22,25 +22,12 @@ async def test_a_cancellation_raised_by_the_handler_is_a_failed_attempt(
     worker's task: the failure is recorded with its reason and a backoff
     (not left for recovery, which here does not come for an hour), and the
     second run completes. The worker runs on."""
-    q = worker_queue(pool)
-    await q.enqueue({"n": 1})
-    runs = 0
+    async def cancelled() -> None:
+        inner = asyncio.ensure_future(asyncio.sleep(3600))
+        inner.cancel()
+        await inner  # raises CancelledError into the handler
 
-    async def handler(job: Job) -> str:
-        nonlocal runs
-        runs += 1
-        if runs == 1:
-            inner = asyncio.ensure_future(asyncio.sleep(3600))
-            inner.cancel()
-            await inner  # raises CancelledError into the handler
-        return "ok"
-
-    worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02,
-                    backstop_interval=3600)
-    await run_worker_until(worker, pool, "SELECT state <> 'completed' FROM fencegate_jobs")
-    row = await pool.fetchrow("SELECT attempts, result_ref, last_error FROM fencegate_jobs")
-    assert row is not None
-    assert (row["attempts"], row["result_ref"]) == (2, "ok")
+    row = await run_failing_once(pool, cancelled)
     assert row["last_error"].startswith("CancelledError"), row["last_error"]
 
 

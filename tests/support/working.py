@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -51,6 +52,33 @@ async def run_worker_until(worker: Worker, pool: asyncpg.Pool, query: str,
         gc.collect()
         loop.set_exception_handler(previous)
     return unhandled
+
+
+async def run_failing_once(pool: asyncpg.Pool,
+                           first_run: Callable[[], Awaitable[object]]) -> asyncpg.Record:
+    """One job of ``worker_queue``: its first run awaits ``first_run`` (which
+    raises), the second returns "ok". Recovery does not come for an hour, so
+    only a failure recorded with its backoff lets the job run again. Nothing
+    may go unhandled; the job's row once it is completed."""
+    q = worker_queue(pool)
+    await q.enqueue({"n": 1})
+    runs = 0
+
+    async def handler(job: Job) -> str:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            await first_run()
+        return "ok"
+
+    worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02,
+                    backstop_interval=3600)
+    unhandled = await run_worker_until(
+        worker, pool, "SELECT state <> 'completed' FROM fencegate_jobs")
+    assert unhandled == [], unhandled
+    row = await pool.fetchrow("SELECT attempts, result_ref, last_error FROM fencegate_jobs")
+    assert row is not None and (row["attempts"], row["result_ref"]) == (2, "ok"), row
+    return row
 
 
 async def run_four(pool: asyncpg.Pool, first: object, *,
