@@ -3,8 +3,8 @@ fresh database per test."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,7 +19,6 @@ from aiohttp.test_utils import TestServer
 from gateway import config as gconfig
 from gateway.api.auth import key_sha256
 from gateway.app import build_app
-from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.state import GATEWAY, Gateway
 from leases import Lease, LeaseClient
 from tests.support.fake_providers import (
@@ -31,6 +30,8 @@ from tests.support.fake_providers import (
     FakeSendGrid,
     FakeSes,
 )
+from tests.support.sinks import SmtpSink, WebhookSink
+from tests.support.waiting import until
 
 API_KEY = "test-key-agents"
 SIGNING_SECRET = "whsec_" + base64.b64encode(b"test-signing-secret-32-bytes-ok!").decode()
@@ -163,17 +164,18 @@ class Gw:
             "SELECT state FROM fencegate_effects WHERE idempotency_key = $1", key)
         return state
 
-    async def effect_state_after(self, key: str, leaving: str = "in_flight",
-                                 seconds: float = 5.0) -> str | None:
+    async def effect_state_after(self, key: str, leaving: str = "in_flight") -> str | None:
         """The effect's state once it is no longer ``leaving`` (a record
-        landing behind the answer), or still that after ``seconds``."""
-        state = await self.effect_state(key)
-        for _ in range(int(seconds / 0.05)):
-            if state != leaving:
-                break
-            await asyncio.sleep(0.05)
-            state = await self.effect_state(key)
-        return state
+        landing behind the answer), or still that after a generous wait."""
+        states: list[str | None] = []
+
+        async def left() -> bool:
+            states.append(await self.effect_state(key))
+            return states[-1] != leaving
+
+        with contextlib.suppress(AssertionError):  # the caller says what it expected
+            await until(left, f"{key} no longer {leaving}")
+        return states[-1]
 
     async def metric(self, name: str, **labels: str) -> float:
         async with self.http.get(self.url + "/metrics") as r:
@@ -255,6 +257,21 @@ def preset_provider(name: str, fake: FakeProvider, **over: Any) -> dict[str, Any
         table["domain"] = fake.domain
     table.update(over)
     return table
+
+
+async def preset_gateway(make_gw: Callable[..., Awaitable[Gw]],
+                         fakes: dict[str, FakeProvider], name: str, **over: Any) -> Gw:
+    """A gateway whose provider ``name`` is its preset, pointed at its fake."""
+    return await make_gw(providers={name: preset_provider(name, fakes[name], **over)})
+
+
+async def gateway_with(make_gw: Callable[..., Awaitable[Gw]], fakes: dict[str, FakeProvider],
+                       name: str, resource: str = "run:1", **over: Any) -> tuple[Gw, Lease]:
+    """``preset_gateway``, and a live lease on ``resource`` to send under."""
+    gw = await preset_gateway(make_gw, fakes, name, **over)
+    lease = await gw.leases.claim(resource, ttl=30)
+    assert lease is not None
+    return gw, lease
 
 
 for _fake in (FakeResend, FakePostmark, FakeSendGrid, FakeMailgun, FakeSes, FakeHubSpot):

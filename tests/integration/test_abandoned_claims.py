@@ -10,6 +10,8 @@ import secrets
 import asyncpg
 import pytest
 
+from tests.support.waiting import until
+
 CLAIM = "SELECT fence FROM fencegate_claim_lease_unless_abandoned($1, $2, 60, true)"
 ABANDON = "SELECT fencegate_abandon_claim($1, $2)"
 LIVE = ("SELECT owner, expires_at > clock_timestamp() AS live FROM fencegate_leases "
@@ -20,15 +22,13 @@ async def _blocked(pool: asyncpg.Pool, conn: asyncpg.Connection,
                    task: asyncio.Task[object]) -> None:
     """Wait until ``task``'s statement on ``conn`` waits for a lock (it must
     not finish meanwhile)."""
-    for _ in range(100):
-        waiting = await pool.fetchval(
+    async def waiting() -> bool:
+        assert not task.done(), "the second statement did not wait for the first's lock"
+        return bool(await pool.fetchval(
             "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
-            conn.get_server_pid())
-        if waiting:
-            assert not task.done()
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the second statement did not wait for the first's lock")
+            conn.get_server_pid()))
+
+    await until(waiting, "the second statement waiting for the first's lock")
 
 
 async def _resource(pool: asyncpg.Pool, earlier_lease: bool) -> tuple[str, str]:

@@ -16,25 +16,17 @@ import asyncpg
 
 from gateway.ledger import Ledger, new_attempt
 from leases import LeaseClient
+from tests.support.crossing import claim_fences, hold_inserts, holding
+from tests.support.locks import until_waiting
 
 
 async def test_batches_that_cross_on_their_keys_answer_every_caller(
     pool: asyncpg.Pool,
 ) -> None:
-    leases = LeaseClient(pool=pool, owner="worker", timeout=10)
-    fences = {}
-    for r in ("run:1", "run:2", "run:3", "run:4"):
-        lease = await leases.claim(r, ttl=60)
-        assert lease is not None
-        fences[r] = lease.fence
-    # each batch's first insert waits a moment, so both hold their first key
-    # before either reaches its second: the crossing, every time
-    await pool.execute("""
-        CREATE FUNCTION cross_pause() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
-        CREATE TRIGGER cross_pause AFTER INSERT ON fencegate_effects FOR EACH ROW
-          WHEN ((NEW.idempotency_key, NEW.resource) IN (('K', 'run:1'), ('J', 'run:2')))
-          EXECUTE FUNCTION cross_pause();""")
+    fences = await claim_fences(pool, "run:1", "run:2", "run:3", "run:4")
+    # each batch's first insert waits, so both hold their first key before
+    # either reaches its second: the crossing, every time
+    await hold_inserts(pool, [("K", "run:1"), ("J", "run:2")])
     a = Ledger(LeaseClient(pool=pool, owner="gateway-a", timeout=10))
     b = Ledger(LeaseClient(pool=pool, owner="gateway-b", timeout=10))
 
@@ -43,8 +35,10 @@ async def test_batches_that_cross_on_their_keys_answer_every_caller(
             "agents", key, key.encode(), resource, fences[resource], "hook", new_attempt(),
             5.0, 0.0))
 
-    calls = [admit(a, "K", "run:1"), admit(a, "J", "run:3"),
-             admit(b, "J", "run:2"), admit(b, "K", "run:4")]
+    async with holding(pool):
+        calls = [admit(a, "K", "run:1"), admit(a, "J", "run:3"),
+                 admit(b, "J", "run:2"), admit(b, "K", "run:4")]
+        await until_waiting(pool, "fencegate_admit_effects", 2)
     results = await asyncio.gather(*calls, return_exceptions=True)
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors

@@ -13,10 +13,10 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from gateway.api.auth import key_sha256
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from leases import database, sql
-from tests.support.served import FENCEGATE, free_port, serve
+from tests.support.served import FENCEGATE, serve_gateway
+from tests.support.waiting import GENEROUS_SECONDS, until
 
 ROOT = Path(__file__).resolve().parents[2]
 #: series only a worker process exports (leases.observe; deploy-check scrapes
@@ -125,21 +125,12 @@ async def test_serve_with_two_workers_shares_the_port_and_the_metrics(
     dsn: str, tmp_path: Path
 ) -> None:
     smtp, hook = await SmtpSink().start(), await WebhookSink().start()
-    port = free_port()
-    proc, url = await serve(tmp_path, f"""
-[server]
-port = {port}
-[database]
-url_env = "FG_TEST_DSN"
-[[clients]]
-name = "agents"
-key_sha256 = "{key_sha256('k')}"
-resources = ["run:*"]
+    proc, url = await serve_gateway(tmp_path, dsn, f"""
 [providers.mail]
 kind = "smtp"
 host = "127.0.0.1"
 port = {smtp.port}
-""", port, dsn, "--workers", "2")
+""", args=("--workers", "2"))
     try:
         async with aiohttp.ClientSession() as http:
             # before any traffic: every series the alert rules and the dashboard
@@ -171,20 +162,21 @@ port = {smtp.port}
             first = _children(proc.pid)
             assert len(first) == 2
             os.kill(first[0], signal.SIGKILL)
-            for _ in range(100):
+
+            def replaced() -> bool:
                 now = _children(proc.pid)
-                if len(now) == 2 and first[0] not in now:
-                    break
-                await asyncio.sleep(0.1)
-            assert len(now) == 2 and first[0] not in now, (first, now)
-            for _ in range(100):
+                return len(now) == 2 and first[0] not in now
+
+            await until(replaced, f"the killed serving process {first[0]} replaced",
+                        every=0.1)
+
+            async def ready() -> bool:
                 async with http.get(url + "/readyz") as r:
-                    if r.status == 200:
-                        break
-                await asyncio.sleep(0.1)
-            assert r.status == 200
+                    return r.status == 200
+
+            await until(ready, "the port answering /readyz", every=0.1)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=GENEROUS_SECONDS) == 0
         assert _children(proc.pid) == []
     finally:
         if proc.poll() is None:

@@ -21,6 +21,7 @@ from gateway.ledger import Ledger, new_attempt
 from leases import Database, Lease, LeaseClient
 from tests.integration.conftest import API_KEY
 from tests.support.console import Console, open_console
+from tests.support.waiting import until
 
 SECRET = "sk_live_123"
 BODY_TEXT = "the-body-text-is-never-kept"
@@ -48,15 +49,17 @@ async def _send(console: Console, method: str, path: str, headers: dict[str, str
 
 async def _row(console: Console, key: str) -> str:
     """The effect's whole ledger row, as text, once its end is recorded."""
-    for _ in range(500):  # the end is written behind the answer
-        row = await console.pool.fetchrow(
+    rows: list[asyncpg.Record | None] = []
+
+    async def recorded() -> bool:  # the end is written behind the answer
+        rows.append(await console.pool.fetchrow(
             "SELECT state, to_jsonb(e)::text AS whole FROM fencegate_effects e "
-            "WHERE client = 'agents' AND idempotency_key = $1", key)
-        if row is not None and row["state"] != "in_flight":
-            whole: str = row["whole"]
-            return whole
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{key}: its end was never recorded")
+            "WHERE client = 'agents' AND idempotency_key = $1", key))
+        return rows[-1] is not None and rows[-1]["state"] != "in_flight"
+
+    await until(recorded, f"{key}: its end recorded")
+    whole: str = rows[-1]["whole"]  # type: ignore[index]
+    return whole
 
 
 async def test_an_emails_page_shows_its_addresses_subject_and_sizes(console: Console,

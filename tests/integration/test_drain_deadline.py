@@ -11,6 +11,7 @@ wait, an admission whose answer was lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -20,6 +21,8 @@ from gateway.effects.fingerprint import message_id
 from leases import Lease, LeaseClient, sql
 from tests.integration.conftest import Gw
 from tests.support.faultproxy import FaultProxy
+from tests.support.lapse import lapse
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -39,11 +42,8 @@ async def _warm(gw: Gw, lease: Lease) -> None:
     status, _, _ = await gw.request("POST", "/v1/http/hook/warm", gw.headers(lease, "warm-up"),
                                     json={})
     assert status == 200
-    for _ in range(200):  # the record is written behind the answer: let it land
-        if await gw.pool.fetchval("SELECT state FROM fencegate_effects "
-                                  "WHERE idempotency_key = 'warm-up'") == "succeeded":
-            break
-        await asyncio.sleep(0.01)
+    # the record is written behind the answer: let it land
+    assert await gw.effect_state_after("warm-up") == "succeeded"
     pool = gw.gateway.pool
     held = [await pool.acquire() for _ in range(pool.get_size())]
     try:
@@ -66,14 +66,25 @@ async def _claim_while(b: LeaseClient, resource: str, running: asyncio.Task[obje
     return None
 
 
+async def _admitted(gw: Gw, *keys: str) -> None:
+    """Until the effects under ``keys`` are admitted (in the ledger)."""
+    async def all_there() -> bool:
+        return bool(await gw.pool.fetchval(
+            "SELECT count(*) = $2 FROM fencegate_effects WHERE idempotency_key = ANY($1)",
+            list(keys), len(keys)))
+
+    await until(all_there, f"{len(keys)} effect(s) admitted")
+
+
 async def _queue_emails(gw: Gw, n: int) -> list[asyncio.Task[object]]:
-    """``n`` emails on resources of their own, queued for the SMTP connection."""
+    """``n`` emails on resources of their own, admitted and queued for the
+    SMTP connection."""
     tasks: list[asyncio.Task[object]] = []
     for i in range(n):
         lease = await gw.leases.claim(f"run:bg-{i}", ttl=60)
         assert lease is not None
         tasks.append(asyncio.create_task(gw.email(lease, f"bg-{i}")))
-    await asyncio.sleep(0.05)
+    await _admitted(gw, *(f"bg-{i}" for i in range(n)))
     return tasks
 
 
@@ -87,9 +98,11 @@ async def test_the_wait_for_an_smtp_connection_cannot_outrun_the_drain_barrier(
     gw = await make_gw(providers={"mail": {"pool_size": 1}})
     gw.smtp.data_delay = 0.8
     background = await _queue_emails(gw, 5)
-    lease_a = await gw.leases.claim("run:A", ttl=1)
+    lease_a = await gw.leases.claim("run:A", ttl=60)
     assert lease_a is not None
     send_a = asyncio.create_task(gw.email(lease_a, "a-1"))
+    await _admitted(gw, "a-1")
+    await lapse(gw.pool, "run:A")  # A's lease runs out while its email waits
     won_at = await _claim_while(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A", send_a)
     status, _, body = await send_a
     await asyncio.gather(*background)
@@ -102,7 +115,10 @@ async def test_the_wait_for_an_smtp_connection_cannot_outrun_the_drain_barrier(
         assert len(mine) == 1
     else:  # given up before sending: nothing went out, the key is free
         assert (status, body["code"]) == (503, "overloaded") and mine == []
-    # once A's attempt has ended, the barrier opens at once
+    # once A's attempt has ended (its end recorded, behind the answer), the
+    # barrier opens at once
+    await until(lambda: gw.pool.fetchval("SELECT inflight = 0 FROM fencegate_leases "
+                                         "WHERE resource = 'run:A'"), "A's end recorded")
     assert await LeaseClient(pool=gw.pool, owner="worker-b").claim("run:A", ttl=5) is not None
 
 
@@ -115,11 +131,16 @@ async def test_an_operator_cannot_resolve_an_effect_still_waiting_to_be_sent(
     deliveries."""
     gw = await make_gw(providers={"mail": {"pool_size": 1}})
     gw.smtp.data_delay = 0.8
-    background = await _queue_emails(gw, 5)
+    background = await _queue_emails(gw, 8)  # 6.4 s of messages ahead of A's
     lease = await gw.leases.claim("run:A", ttl=60)
     assert lease is not None
     send_a = asyncio.create_task(gw.email(lease, "a-1"))
-    await asyncio.sleep(3.3)  # past the old deadline (1 s timeout + 2 s), still waiting
+    await _admitted(gw, "a-1")
+    # past the old deadline (1 s timeout + 2 s) by the database's clock
+    await until(lambda: gw.pool.fetchval(
+        "SELECT clock_timestamp() > created_at + interval '3.2 seconds' "
+        "FROM fencegate_effects WHERE idempotency_key = 'a-1'"), "the old deadline passed")
+    assert not send_a.done(), "A's email no longer waits: the test proves nothing"
     auth = {"Authorization": gw.headers()["Authorization"]}
     status, headers, body = await gw.post("/v1/effects/a-1/resolve", auth,
                                           json={"outcome": "not_sent"})
@@ -143,13 +164,15 @@ async def test_a_slow_database_answer_cannot_outrun_the_drain_barrier(
     follows must still fall inside the barrier."""
     gw = await make_gw(proxy.dsn(), database_timeout_seconds=8,
                        providers={"hook": {"timeout_seconds": 0.05}})
-    lease_a = await gw.leases.claim("run:A", ttl=2.6)  # live when the admission arrives
+    lease_a = await gw.leases.claim("run:A", ttl=60)
     assert lease_a is not None
     await _warm(gw, lease_a)
     proxy.delay_seconds = 2.4
     proxy.set_mode("delay")
     send_a = asyncio.create_task(gw.request("POST", "/v1/http/hook/x",
                                             gw.headers(lease_a, "slow-db"), json={}))
+    await _admitted(gw, "slow-db")  # the admission has landed; its answer is on its way
+    await lapse(gw.pool, "run:A")  # and the lease has run out
     won_at = await _claim_while(LeaseClient(pool=gw.pool, owner="worker-b"), "run:A", send_a)
     status, _, _ = await send_a
     assert status == 200
@@ -170,20 +193,21 @@ async def test_a_finish_retried_after_its_first_try_committed_holds_the_barrier(
     and B landed after."""
     gw = await make_gw(proxy.dsn(), database_timeout_seconds=0.5,
                        providers={"mail": {"timeout_seconds": 9}})
-    lease = await gw.leases.claim("run:R", ttl=1.0)
+    lease = await gw.leases.claim("run:R", ttl=60)
     assert lease is not None
     await _warm(gw, lease)
     # B's message comes 6.5 s after its admission: after A's finish, its late
     # answer, and the retry a second later
     gw.smtp.envelope_delay = 6.5
     send_b = asyncio.create_task(gw.email(lease, "slow-b"))
-    await asyncio.sleep(0.3)  # B is admitted and in its envelope
+    await _admitted(gw, "slow-b")  # B is admitted, and goes on to its envelope
     proxy.delay_seconds = 1.0
     gw.hook.on_request = lambda _: proxy.set_mode("delay")  # A's finish: answered late
     status_a, _, _ = await gw.request("POST", "/v1/http/hook/x", gw.headers(lease, "fast-a"),
                                       json={})
     assert status_a == 200
     proxy.set_mode("pass")
+    await lapse(gw.pool, "run:R")  # the lease runs out; B is still on its way
     won_at = await _claim_while(LeaseClient(pool=gw.pool, owner="worker-c"), "run:R", send_b)
     status_b, _, _ = await send_b
     assert status_b == 200
@@ -192,15 +216,20 @@ async def test_a_finish_retried_after_its_first_try_committed_holds_the_barrier(
         assert b.received_at < won_at, (
             f"B landed {b.received_at - won_at:.3f} s after fence F+1 was granted")
     # both ends recorded (some perhaps in the background), each counted once
-    for _ in range(100):
+    states: dict[str, str] = {}
+    inflight = None
+
+    async def recorded() -> bool:
+        nonlocal states, inflight
         states = {r[0]: r[1] for r in await gw.pool.fetch(
             "SELECT idempotency_key, state FROM fencegate_effects WHERE fence = $1",
             lease.fence)}
         inflight = await gw.pool.fetchval(
             "SELECT inflight FROM fencegate_leases WHERE resource = 'run:R'")
-        if set(states.values()) == {"succeeded"} and inflight == 0:
-            break
-        await asyncio.sleep(0.05)
+        return set(states.values()) == {"succeeded"} and inflight == 0
+
+    with contextlib.suppress(AssertionError):  # told below
+        await until(recorded, "both ends recorded")
     assert states == {"warm-up": "succeeded", "fast-a": "succeeded", "slow-b": "succeeded"}
     assert inflight == 0
 
@@ -229,14 +258,18 @@ async def test_an_admission_whose_answer_was_lost_does_not_leave_the_key_stuck(
     proxy.set_mode("pass")
     assert await gw.pool.fetchval("SELECT count(*) FROM test_admitted "
                                   "WHERE key = 'lost-answer'") == 1
-    for _ in range(60):
+    left = inflight = None
+
+    async def freed() -> bool:
+        nonlocal left, inflight
         left = await gw.pool.fetchval(
             "SELECT count(*) FROM fencegate_effects WHERE idempotency_key = 'lost-answer'")
         inflight = await gw.pool.fetchval(
             "SELECT inflight FROM fencegate_leases WHERE resource = 'run:1'")
-        if left == 0 and inflight == 0:
-            break
-        await asyncio.sleep(0.05)
+        return left == 0 and inflight == 0
+
+    with contextlib.suppress(AssertionError):  # told below
+        await until(freed, "the key freed by the attempt's nonce")
     assert (left, inflight) == (0, 0)
     assert gw.smtp.deliveries == []
     status, _, body = await gw.email(lease, "lost-answer")

@@ -10,21 +10,12 @@ for a deadlock (deadlock_timeout), so the batch is the statement aborted."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import asyncpg
 
 from gateway.ledger import Ledger, StoredAnswer, new_attempt
 from leases import LeaseClient
-
-
-async def _wait_for_lock(pool: asyncpg.Pool, like: str, n: int = 1) -> None:
-    give_up = time.monotonic() + 30
-    while await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                              "current_database() AND wait_event_type = 'Lock' "
-                              "AND query LIKE $1", f"%{like}%") < n:
-        assert time.monotonic() < give_up, f"no {like} waits on a lock"
-        await asyncio.sleep(0.02)
+from tests.support.locks import until_waiting
 
 
 async def _setup(pool: asyncpg.Pool) -> tuple[Ledger, dict[str, int]]:
@@ -44,6 +35,20 @@ async def _other(pool: asyncpg.Pool) -> tuple[asyncpg.Connection, asyncpg.transa
     return conn, tx
 
 
+async def _close_the_cycle(pool: asyncpg.Pool, conn: asyncpg.Connection, batch: str,
+                           statement: str) -> None:
+    """The batch statement ``batch`` holds A and waits for Z (``conn``
+    holds it); ``statement`` on ``conn`` then waits for A: a cycle, which the
+    batch's backend finds first and breaks by aborting the batch. Once the
+    batch's entries go again alone (the one for Z waits again), ``statement``
+    is withdrawn."""
+    await until_waiting(pool, f"{batch}s(")  # holds A, waits for Z
+    other = asyncio.ensure_future(conn.execute(statement))
+    await until_waiting(pool, f"{batch}(")  # alone now, waiting
+    other.cancel()
+    await asyncio.gather(other, return_exceptions=True)
+
+
 async def test_an_admission_batch_aborted_by_a_deadlock_answers_every_caller(
     pool: asyncpg.Pool,
 ) -> None:
@@ -58,16 +63,11 @@ async def test_an_admission_batch_aborted_by_a_deadlock_answers_every_caller(
         calls = [asyncio.ensure_future(ledger.admit(
             "agents", key, key.encode(), resource, fences[resource], "hook", new_attempt(),
             60.0, 0.0)) for key, resource in (("A", "run:a"), ("Z", "run:z"))]
-        await _wait_for_lock(pool, "fencegate_admit_effects")  # holds A, waits for Z
-        # ... and this one now waits for A: a cycle, which the batch's backend
-        # finds first and breaks by aborting the batch
-        other = asyncio.ensure_future(conn.execute(
+        await _close_the_cycle(
+            pool, conn, "fencegate_admit_effect",
             "INSERT INTO fencegate_effects (client, idempotency_key, fingerprint, resource, "
             "fence, provider, state, deadline) VALUES ('agents', 'A', 'A', 'run:a', 1, "
-            "'hook', 'in_flight', clock_timestamp())"))
-        await _wait_for_lock(pool, "fencegate_admit_effect(", 1)  # alone now, waiting
-        other.cancel()
-        await asyncio.gather(other, return_exceptions=True)
+            "'hook', 'in_flight', clock_timestamp())")
     finally:
         await tx.rollback()
         await pool.release(conn)
@@ -93,12 +93,9 @@ async def test_a_finish_batch_aborted_by_a_deadlock_records_every_outcome(
         for key, resource in (("A", "run:a"), ("Z", "run:z")):  # one batch: A, then Z
             ledger.finish("agents", key, attempts[key], resource, "succeeded",
                           StoredAnswer(200, {}, b"ok"), "http 200")
-        await _wait_for_lock(pool, "fencegate_finish_effects")  # holds A, waits for Z
-        other = asyncio.ensure_future(conn.execute(
-            "UPDATE fencegate_effects SET summary = 'other' WHERE idempotency_key = 'A'"))
-        await _wait_for_lock(pool, "fencegate_finish_effect(", 1)  # alone now, waiting
-        other.cancel()
-        await asyncio.gather(other, return_exceptions=True)
+        await _close_the_cycle(
+            pool, conn, "fencegate_finish_effect",
+            "UPDATE fencegate_effects SET summary = 'other' WHERE idempotency_key = 'A'")
     finally:
         await tx.rollback()
         await pool.release(conn)

@@ -15,19 +15,12 @@ and both answer."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import asyncpg
 
 from leases import LeaseClient
-
-HOLD = """
-    CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
-    CREATE TRIGGER hold_insert AFTER INSERT ON fencegate_effects FOR EACH ROW
-      WHEN ((NEW.idempotency_key, NEW.resource) IN (('K', 'run:1'), ('J', 'run:2'),
-                                                    ('J', 'run:3'), ('K', 'run:4')))
-      EXECUTE FUNCTION hold_insert();"""
+from tests.support.crossing import claim_fences, hold_inserts, holding
+from tests.support.locks import until_waiting
 
 ADMIT = """SELECT ord, verdict FROM fencegate_admit_effects(
     $1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::text[],
@@ -35,13 +28,8 @@ ADMIT = """SELECT ord, verdict FROM fencegate_admit_effects(
 
 
 async def test_two_batches_that_share_keys_do_not_deadlock(pool: asyncpg.Pool) -> None:
-    leases = LeaseClient(pool=pool, owner="worker", timeout=10)
-    fences = {}
-    for r in ("run:1", "run:2", "run:3", "run:4"):
-        lease = await leases.claim(r, ttl=60)
-        assert lease is not None
-        fences[r] = lease.fence
-    await pool.execute(HOLD)
+    fences = await claim_fences(pool, "run:1", "run:2", "run:3", "run:4")
+    await hold_inserts(pool, [("K", "run:1"), ("J", "run:2"), ("J", "run:3"), ("K", "run:4")])
 
     def batch(entries: list[tuple[str, str]], attempt: int) -> list[list[object]]:
         n = len(entries)
@@ -49,23 +37,11 @@ async def test_two_batches_that_share_keys_do_not_deadlock(pool: asyncpg.Pool) -
                 [r for _, r in entries], [fences[r] for _, r in entries], ["hook"] * n,
                 [attempt + i for i in range(n)], [30.0] * n, [0.0] * n]
 
-    holder = await pool.acquire()
-    tx = holder.transaction()
-    await tx.start()
-    try:
-        await holder.execute("SELECT pg_advisory_xact_lock(4242)")
+    async with holding(pool):
         a = asyncio.ensure_future(pool.fetch(ADMIT, *batch([("K", "run:1"), ("J", "run:3")], 10)))
         b = asyncio.ensure_future(pool.fetch(ADMIT, *batch([("J", "run:2"), ("K", "run:4")], 20)))
-        give_up = time.monotonic() + 30
-        while await pool.fetchval(  # both statements under way, each waiting on a lock
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' "
-                "AND query LIKE '%fencegate_admit_effects%'") < 2:
-            assert time.monotonic() < give_up, "the batches did not both start"
-            await asyncio.sleep(0.02)
-    finally:
-        await tx.commit()  # let them go
-        await pool.release(holder)
+        # both statements under way, each waiting on the held lock
+        await until_waiting(pool, "fencegate_admit_effects", 2)
     results = await asyncio.gather(a, b, return_exceptions=True)
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors

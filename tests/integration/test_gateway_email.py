@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from leases import LeaseClient
 from tests.integration.conftest import OTHER_KEY, PROVIDER_TIMEOUT, Gw
+from tests.support.lapse import lapse
 from tests.support.waiting import until
 
 
@@ -62,12 +64,22 @@ async def test_the_same_key_with_a_different_email_is_refused(gw: Gw) -> None:
     assert len(gw.smtp.deliveries) == 1
 
 
-async def test_concurrent_duplicates_send_exactly_once(gw: Gw) -> None:
+async def test_concurrent_duplicates_send_exactly_once(
+    make_gw: Callable[..., Awaitable[Gw]],
+) -> None:
+    # the message the first one sends is held until all ten have answered
+    # (nine of them while it is in flight)
+    gw = await make_gw(providers={"mail": {"timeout_seconds": 60}})
     lease = await gw.leases.claim("run:1", ttl=30)
     assert lease is not None
-    gw.smtp.data_delay = 0.3
+    gw.smtp.hold = asyncio.Event()
     before = await gw.metric("fencegate_effects_total", provider="mail", outcome="in_progress")
-    results = await asyncio.gather(*(gw.email(lease, "k-dup") for _ in range(10)))
+    calls = [asyncio.ensure_future(gw.email(lease, "k-dup")) for _ in range(10)]
+    try:
+        await until(lambda: sum(c.done() for c in calls) == 9, "nine of ten answered")
+    finally:
+        gw.smtp.hold.set()
+    results = await asyncio.gather(*calls)
     statuses = sorted(r[0] for r in results)
     assert statuses.count(200) == 1 and statuses.count(409) == 9
     for status, headers, body in results:
@@ -83,9 +95,9 @@ async def test_the_zombie_is_refused_and_the_sink_holds_one_message(gw: Gw) -> N
     """A claims, stalls past its lease; B claims and sends; A wakes and sends."""
     a = LeaseClient(pool=gw.pool, owner="worker-a")
     b = LeaseClient(pool=gw.pool, owner="worker-b")
-    lease_a = await a.claim("run:zombie", ttl=0.3)
+    lease_a = await a.claim("run:zombie", ttl=30)
     assert lease_a is not None
-    await asyncio.sleep(0.4)  # A's stall
+    await lapse(gw.pool)  # A's stall, past its ttl
     lease_b = await b.claim("run:zombie", ttl=30)
     assert lease_b is not None
     assert (await gw.email(lease_b, "b-send"))[0] == 200

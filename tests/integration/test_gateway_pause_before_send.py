@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
+import asyncpg
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -19,6 +20,8 @@ from gateway.providers import ProviderCall
 from gateway.providers import http as http_provider
 from leases import LeaseClient
 from tests.integration.conftest import API_KEY, gateway_config
+from tests.support.lapse import lapse
+from tests.support.waiting import GENEROUS_SECONDS
 
 #: a stop-the-world pause of the gateway process (SIGSTOP, a VM freeze, swap,
 #: a CFS throttle): longer than the database timeout + provider timeout +
@@ -98,14 +101,24 @@ async def test_a_pause_after_the_last_deadline_check_never_lands_fence_f_after_f
 
         monkeypatch.setattr(http_provider.HttpProvider, "headers", headers_then_pause)
 
-        lease_a = await leases.claim("run:1", ttl=0.3)
+        lease_a = await leases.claim("run:1", ttl=30)
         assert lease_a is not None
         won: list[tuple[float, int]] = []
 
         def worker_b() -> None:  # another machine: keeps claiming run:1 until it wins
             async def claim() -> None:
                 async with LeaseClient(dsn, owner="worker-b") as b:
-                    end = time.monotonic() + PAUSE_SECONDS + 5
+                    end = time.monotonic() + GENEROUS_SECONDS
+                    watch = await asyncpg.connect(dsn)
+                    try:  # A's effect is admitted; then A's lease runs out
+                        while not await watch.fetchval(
+                                "SELECT count(*) FROM fencegate_effects "
+                                "WHERE idempotency_key = 'paused'"):
+                            assert time.monotonic() < end, "A's effect was never admitted"
+                            await asyncio.sleep(0.02)
+                        await lapse(watch, "run:1")
+                    finally:
+                        await watch.close()
                     while time.monotonic() < end:
                         got = await b.claim("run:1", ttl=30)
                         if got is not None:

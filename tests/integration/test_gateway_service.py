@@ -10,6 +10,7 @@ from gateway.api.routes import ROUTES
 from gateway.client import FenceRejected, FenceToken, GatewayClient
 from leases import LeaseClient, LeaseLost
 from tests.integration.conftest import API_KEY, Gw
+from tests.support.waiting import until
 
 
 async def test_leases_over_http(gw: Gw) -> None:
@@ -132,12 +133,15 @@ async def test_a_worker_sends_effects_under_its_job_s_fence(gw: Gw) -> None:
 
         worker = Worker(q, handler, concurrency=2, poll_min=0.01, poll_max=0.02)
         task = asyncio.create_task(worker.run())
-        for _ in range(200):
-            if (await q.stats()).get("completed"):
-                break
-            await asyncio.sleep(0.02)
-        worker.stop()
-        await task
+
+        async def completed() -> bool:
+            return bool((await q.stats()).get("completed"))
+
+        try:
+            await until(completed, "the job completed")
+        finally:
+            worker.stop()
+            await task
     [row] = await q.list()
     [mail] = gw.smtp.deliveries
     assert row["state"] == "completed" and row["result_ref"] == mail.header("Message-ID")

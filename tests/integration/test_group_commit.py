@@ -13,6 +13,7 @@ import asyncpg
 from gateway.effects.fingerprint import derived_key
 from leases import LeaseClient
 from tests.integration.conftest import Gw
+from tests.support.lapse import lapse
 
 
 def _batches(statement: str) -> tuple[float, float]:
@@ -31,9 +32,9 @@ async def test_a_batch_of_stale_and_current_fences_on_shared_resources(gw: Gw) -
     client = LeaseClient(pool=gw.pool, owner="a")
     stale, current = {}, {}
     for r in range(4):
-        old = await client.claim(f"run:g{r}", ttl=0.05)
+        old = await client.claim(f"run:g{r}", ttl=30)
         assert old is not None
-        await asyncio.sleep(0.06)
+        await lapse(gw.pool, old.resource)  # a zombie from now on
         new = await LeaseClient(pool=gw.pool, owner="b").claim(f"run:g{r}", ttl=60)
         assert new is not None and new.fence > old.fence
         stale[r], current[r] = old, new

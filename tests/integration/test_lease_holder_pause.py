@@ -4,16 +4,16 @@ began: that step is its last, and it cannot act under the lost lease."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import asyncpg
 import pytest
 
 from leases import LeaseClient, LeaseLost
+from tests.support.pause import pause_until_taken
 
 
 async def test_a_step_already_due_when_the_pause_began_runs_but_cannot_act(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, dsn: str,
 ) -> None:
     """The timerfd is only seen at the loop's next check for I/O, and the
     default loop first runs every callback already in its ready queue. If the
@@ -33,6 +33,7 @@ async def test_a_step_already_due_when_the_pause_began_runs_but_cannot_act(
     loop = asyncio.get_running_loop()
     acted: list[str] = []
     refused: list[str] = []
+    taken: list[int] = []
     with pytest.raises(LeaseLost):
         async with lease:
             await asyncio.sleep(0.05)  # the keeper has started and sleeps on its timer
@@ -40,8 +41,9 @@ async def test_a_step_already_due_when_the_pause_began_runs_but_cannot_act(
 
             def answer_then_stall() -> None:
                 answer.set_result("the database answered")  # the block's wakeup is queued
-                time.sleep(1.0)  # ... and the process stops (GC, SIGSTOP, VM freeze)
-                # meanwhile the lease expired server-side (ttl 0.5)
+                # ... and the process stops (GC, SIGSTOP, VM freeze) until the
+                # lease has expired server-side and another owner holds it
+                taken.append(pause_until_taken(dsn, "run:1"))
 
             loop.call_soon(answer_then_stall)
             await answer
@@ -54,11 +56,13 @@ async def test_a_step_already_due_when_the_pause_began_runs_but_cannot_act(
             await asyncio.sleep(0)
             acted.append("and went on")
     assert refused == ["check refused"] and acted == []
-    # the lease had expired in the database: another owner wins it now
-    assert await LeaseClient(pool=pool, owner="b").claim("run:1", ttl=30) is not None
+    # the lease had expired in the database: another owner won it in the pause
+    assert taken and taken[0] > lease.fence
 
 
-async def test_a_lost_lease_cancels_a_block_in_wait_for_for_good(pool: asyncpg.Pool) -> None:
+async def test_a_lost_lease_cancels_a_block_in_wait_for_for_good(
+    pool: asyncpg.Pool, dsn: str,
+) -> None:
     """Rule 6: on loss "the guarded work is cancelled". The Lease cancelled
     the guarded task once. On Python 3.11 (this project's floor),
     ``asyncio.wait_for`` swallows a cancellation that arrives in the same loop
@@ -79,7 +83,8 @@ async def test_a_lost_lease_cancels_a_block_in_wait_for_for_good(pool: asyncpg.P
         async with lease:
             await asyncio.sleep(0.05)  # the keeper has started and sleeps on its timer
             answer: asyncio.Future[str] = loop.create_future()
-            loop.call_later(0.05, time.sleep, 1.0)  # the process stops while we wait ...
+            # the process stops while we wait, until another owner holds the lease ...
+            loop.call_later(0.05, pause_until_taken, dsn, "run:1")
             loop.call_later(0.1, answer.set_result, "row")  # ... and the answer is due
             await asyncio.wait_for(answer, 10)
             steps.append("checked" if lease.lost else "used the answer")

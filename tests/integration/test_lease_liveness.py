@@ -68,42 +68,52 @@ async def test_http_owners_belong_to_their_client(gw: Gw) -> None:
 
 @pytest.fixture
 async def proxy(dsn: str) -> AsyncIterator[FaultProxy]:
-    p = await FaultProxy(dsn, delay_seconds=1.0).start()
+    p = await FaultProxy(dsn).start()
     yield p
     await p.close()
+
+
+LIVENESS_TTL = 4.0
 
 
 async def test_a_renewal_that_lands_after_the_loss_does_not_keep_the_lease(
     proxy: FaultProxy, pool: asyncpg.Pool,
 ) -> None:
-    """Every packet to the database takes a second; ttl 2 s. A renewal sent
-    before the loss was declared still lands, after it, and used to extend
-    the lease by a whole ttl: the next owner waited for a holder that had
-    already given up. The lost lease is now released behind it."""
+    """The link to the database holds every byte (ttl 4 s): the renewal sent
+    before the loss was declared gets no answer, and lands only once the link
+    is back, after the loss. It used to extend the lease by a whole ttl: the
+    next owner waited for a holder that had already given up. It is refused
+    now (it lands within the margin), or the lost lease is released behind
+    it: either way the next owner gets the lease by the holder's last expiry."""
     async with LeaseClient(proxy.dsn(), owner="a") as a:
-        lease = await a.claim("run:1", ttl=2.0)
+        lease = await a.claim("run:1", ttl=LIVENESS_TTL)
         assert lease is not None
         await lease.renew()  # the renewal statement is prepared on the connection
         first_expiry = lease.expires_at
-        proxy.set_mode("delay")
+        proxy.set_mode("blackhole")
         with pytest.raises(Exception) as lost:
             async with lease:
-                await asyncio.sleep(10)
+                await asyncio.sleep(3600)
         assert type(lost.value).__name__ == "LeaseLost"
-        lost_at = time.monotonic()
+        proxy.set_mode("pass")  # the held renewal lands now, after the loss
         b = LeaseClient(pool=pool, owner="b")
-        while time.monotonic() - lost_at < 6:
-            if await b.claim("run:1", ttl=30) is not None:
-                break
-            await asyncio.sleep(0.05)
-        won = await pool.fetchrow("SELECT owner, claimed_at FROM fencegate_leases")
-        assert won["owner"] == "b"
-        # no later than the expiry the holder had when it gave up: the renewal
-        # that landed after the loss (it used to push it out by a whole ttl)
-        # was refused, or ended by the release behind it
-        late = await pool.fetchval("SELECT extract(epoch FROM $1 - $2::timestamptz)",
-                                   won["claimed_at"], first_expiry)
-        assert late < 0.3, f"b got the lease {late:.2f} s after the holder's last expiry"
+        won: list[object] = []
+
+        async def b_won() -> bool:
+            got = await b.claim("run:1", ttl=30)
+            if got is not None:
+                won.append(got)
+            return got is not None
+
+        await until(b_won, "b's claim of the lease the holder gave up")
+    claimed_at = await pool.fetchval("SELECT claimed_at FROM fencegate_leases")
+    # no later than the expiry the holder had when it gave up: a renewal
+    # kept alive by the late one would have pushed it out by most of a ttl
+    # (3.2 s here); half a ttl is what a loaded machine's polling may add
+    late = await pool.fetchval("SELECT extract(epoch FROM $1 - $2::timestamptz)",
+                               claimed_at, first_expiry)
+    assert late < LIVENESS_TTL / 2, (
+        f"b got the lease {late:.2f} s after the holder's last expiry")
 
 
 #: a worker process that holds a lease whose guarded block sleeps once, its

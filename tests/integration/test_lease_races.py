@@ -6,11 +6,13 @@ import asyncio
 import datetime as dt
 import itertools
 import multiprocessing
+import multiprocessing.synchronize
 import time
 
 import asyncpg
 
 from leases import LeaseClient
+from tests.support.waiting import GENEROUS_SECONDS
 
 ROUNDS = 300
 CLAIMERS = 16
@@ -32,14 +34,16 @@ TTL = 0.05
 RUN_SECONDS = 3.0
 
 
-def _claim_loop(dsn: str, owner: str, start_at: float, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _claim_loop(dsn: str, owner: str, start: multiprocessing.synchronize.Barrier,
+                out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     async def main() -> list[tuple[int, str, float]]:
         wins = []
         conn = await asyncpg.connect(dsn)
         pool_client = LeaseClient(dsn, owner=owner, pool_size=1)
         try:
-            while time.time() < start_at:
-                await asyncio.sleep(0.001)
+            await pool_client.connect()
+            # every child has imported and connected: they start together
+            await asyncio.to_thread(start.wait, GENEROUS_SECONDS)
             end = time.monotonic() + RUN_SECONDS
             while time.monotonic() < end:
                 lease = await pool_client.claim("run:procs", ttl=TTL)
@@ -60,12 +64,12 @@ def test_processes_racing_for_one_resource_never_hold_it_together(dsn: str) -> N
     expiry (unless it is the same owner re-claiming), and fences only rise."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    start_at = time.time() + 2.0  # after every child has imported and connected
-    procs = [ctx.Process(target=_claim_loop, args=(dsn, f"p{i}", start_at, out))
+    start = ctx.Barrier(4)
+    procs = [ctx.Process(target=_claim_loop, args=(dsn, f"p{i}", start, out))
              for i in range(4)]
     for p in procs:
         p.start()
-    wins = [w for _ in procs for w in out.get(timeout=60)]
+    wins = [w for _ in procs for w in out.get(timeout=2 * GENEROUS_SECONDS)]
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0

@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.conftest import Gw
 from tests.support.faultproxy import FaultProxy
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -50,15 +51,25 @@ async def test_a_claim_answered_503_does_not_hold_the_resource_for_its_ttl(
     assert (status, body["code"]) == (503, "unavailable")
     assert "may still have been carried out" in body["detail"]  # not "nothing was sent"
     proxy.set_mode("pass")
-    await asyncio.sleep(proxy.delay_seconds + 0.4)  # the delayed statement has committed
+    # the abandon has its answer: the made-up owner is recorded, and the
+    # orphan's lease ended with it, or refused whenever its claim lands
+    await until(lambda: pool.fetchval("SELECT count(*) > 0 FROM fencegate_abandoned_owners"),
+                "the gateway's abandon of the claim it gave up")
+    # a chance for the delayed claim to land first (nothing waits on it: a
+    # busy machine only makes the retry come before it)
+    await asyncio.sleep(proxy.delay_seconds + 0.4)
     row = await pool.fetchrow("SELECT owner, expires_at > clock_timestamp() AS live "
                               "FROM fencegate_leases WHERE resource = 'run:orphan'")
-    for _ in range(20):  # the caller retries, as 503 invites it to
+    answers: list[tuple[int, dict[str, object]]] = []
+
+    async def retried() -> bool:  # the caller retries, as 503 invites it to
         status, _, body = await gw.post("/v1/leases/claim", auth,
                                         json={"resource": "run:orphan", "ttl_seconds": 3600})
-        if status != 503:
-            break
-        await asyncio.sleep(0.2)
+        answers.append((status, body))
+        return status != 503
+
+    await until(retried, "an answer to the retry other than 503", every=0.2)
+    status, body = answers[-1]
     assert status == 200, (
         f"the retry got {status} {body.get('code')}: run:orphan is held for an hour by "
         f"{row['owner'] if row else None!r}, an owner the caller was never told")

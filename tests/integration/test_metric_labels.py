@@ -17,29 +17,19 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.api.auth import key_sha256
-from tests.support.served import free_port, serve
+from tests.support.served import serve_gateway
 
 #: the methods HTTP defines that the gateway serves or answers 405
 KNOWN_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
 async def _serve_pure_python(tmp_path: Path, dsn: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc, _ = await serve(tmp_path, f"""
-[server]
-port = {port}
-[database]
-url_env = "FG_TEST_DSN"
-[[clients]]
-name = "agents"
-key_sha256 = "{key_sha256('k')}"
-resources = ["run:*"]
+    proc, url = await serve_gateway(tmp_path, dsn, """
 [providers.hook]
 kind = "http"
 base_url = "http://127.0.0.1:9/hook"
-""", port, dsn, env={"AIOHTTP_NO_EXTENSIONS": "1"})
-    return proc, port
+""", env={"AIOHTTP_NO_EXTENSIONS": "1"})
+    return proc, int(url.rsplit(":", 1)[1])
 
 
 async def _send(port: int, method: str) -> bytes:

@@ -93,8 +93,9 @@ async def test_an_outcome_whose_statement_was_cancelled_is_recorded(
 async def test_a_free_of_an_unanswered_admission_survives_a_cancelled_statement(
     pool: asyncpg.Pool,
 ) -> None:
-    # timeout 1: its tries come at once, then 1 s and 2.5 s later
-    ledger = Ledger(LeaseClient(pool=pool, owner="gateway", timeout=1))
+    # timeout 5: its tries come at once, then 5 s and 12.5 s later (at 1 s, a
+    # loaded machine could spend all three before the lock was let go)
+    ledger = Ledger(LeaseClient(pool=pool, owner="gateway", timeout=5))
     attempt = await _admitted(pool, ledger, "run:unsent", "u")
     ledger.free_unsent("agents", "u", attempt, "run:unsent")
     await _cancel_the_waiting_record(pool, "run:unsent")

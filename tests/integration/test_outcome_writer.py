@@ -5,8 +5,10 @@ losing the records batched with it or ending the writer."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
+
+import asyncpg
 
 from tests.integration.conftest import Gw
 from tests.support.legacy_peer import (  # noqa: F401
@@ -14,6 +16,7 @@ from tests.support.legacy_peer import (  # noqa: F401
     legacy,
     legacy_gateway,
 )
+from tests.support.waiting import until
 
 
 async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
@@ -28,8 +31,8 @@ async def test_an_answer_with_latin1_header_is_recorded_and_replayed(
     assert legacy.requests == 1
     assert status == 200, body
 
-    # the record lands behind the answer: give it ample time
-    state = await gw.effect_state_after("latin1", seconds=2.0)
+    # the record lands behind the answer
+    state = await gw.effect_state_after("latin1")
     assert state == "succeeded", "the provider answered 200; the record never landed"
 
     # a repeat in the same process is the replay (docs/gateway.md), nothing sent
@@ -53,22 +56,12 @@ async def test_one_unrecordable_answer_does_not_lose_the_records_batched_with_it
 
     locker = await gw.pool.acquire()
     tx = locker.transaction()
-    locked = asyncio.Event()
-
-    async def lock_held_row() -> None:
-        await tx.start()
-        await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = 'run:held' "
-                             "FOR NO KEY UPDATE")
-        locked.set()
-
     try:
         # the lock is taken once A is admitted, before A's record is written
-        gw.hook.on_request = lambda _: asyncio.get_running_loop().create_task(
-            lock_held_row()) and None
-        gw.hook.delay = 0.2
+        gw.hook.before_answer = lambda _: _lock_held_row(locker, tx)
         status, _, _ = await gw.post("/v1/http/hook/a", gw.headers(held, "a"), json={"n": 1})
-        assert status == 200 and locked.is_set()
-        gw.hook.on_request, gw.hook.delay = None, 0.0
+        assert status == 200 and locker.is_in_transaction()
+        gw.hook.before_answer = None
 
         status, _, _ = await gw.post("/v1/http/legacy/doc", gw.headers(poison, "poison"),
                                      json={"n": 1})
@@ -80,7 +73,7 @@ async def test_one_unrecordable_answer_does_not_lose_the_records_batched_with_it
         await tx.rollback()
         await gw.pool.release(locker)
 
-    state = await gw.effect_state_after("innocent", seconds=2.0)
+    state = await gw.effect_state_after("innocent")
     assert state == "succeeded", "an ordinary 200's record was lost with the batch"
 
 
@@ -105,22 +98,12 @@ async def test_a_record_the_database_refuses_fails_alone_and_the_writer_lives_on
         assert held and refused and innocent and later
         locker = await gw.pool.acquire()
         tx = locker.transaction()
-        locked = asyncio.Event()
-
-        async def lock_held_row() -> None:
-            await tx.start()
-            await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = 'run:held' "
-                                 "FOR NO KEY UPDATE")
-            locked.set()
-
         try:  # A's record waits for the row lock; the next two gather behind it
-            gw.hook.on_request = lambda _: asyncio.get_running_loop().create_task(
-                lock_held_row()) and None
-            gw.hook.delay = 0.2
+            gw.hook.before_answer = lambda _: _lock_held_row(locker, tx)
             status, _, _ = await gw.post("/v1/http/hook/a", gw.headers(held, "a"),
                                          json={"n": 1})
-            assert status == 200 and locked.is_set()
-            gw.hook.on_request, gw.hook.delay = None, 0.0
+            assert status == 200 and locker.is_in_transaction()
+            gw.hook.before_answer = None
             for lease, key in ((refused, "refused"), (innocent, "innocent")):
                 status, _, _ = await gw.post("/v1/http/hook/x", gw.headers(lease, key),
                                              json={"n": 2})
@@ -147,13 +130,23 @@ async def test_a_record_the_database_refuses_fails_alone_and_the_writer_lives_on
                               "DROP FUNCTION refuse_update()")
 
 
+async def _lock_held_row(locker: asyncpg.Connection,
+                         tx: asyncpg.transaction.Transaction) -> None:
+    await tx.start()
+    await locker.execute("SELECT 1 FROM fencegate_leases WHERE resource = 'run:held' "
+                         "FOR NO KEY UPDATE")
+
+
 async def _states_once_landed(gw: Gw, keys: tuple[str, ...]) -> dict[str, str]:
     states: dict[str, str] = {}
-    for _ in range(100):
+
+    async def landed() -> bool:
+        nonlocal states
         states = {r[0]: r[1] for r in await gw.pool.fetch(
             "SELECT idempotency_key, state FROM fencegate_effects "
             "WHERE idempotency_key = ANY($1::text[])", list(keys))}
-        if len(states) == len(keys) and "in_flight" not in states.values():
-            break
-        await asyncio.sleep(0.05)
+        return len(states) == len(keys) and "in_flight" not in states.values()
+
+    with contextlib.suppress(AssertionError):  # the caller says what it expected
+        await until(landed, f"the records of {keys}")
     return states

@@ -17,7 +17,7 @@ async def test_drain_waits_for_the_record_being_written(pool: asyncpg.Pool) -> N
     leases = LeaseClient(pool=pool, owner="worker", timeout=10)
     lease = await leases.claim("run:drain", ttl=60)
     assert lease is not None
-    ledger = Ledger(LeaseClient(pool=pool, owner="gateway", timeout=5))
+    ledger = Ledger(LeaseClient(pool=pool, owner="gateway", timeout=30))
     attempt = new_attempt()
     admission = await ledger.admit("agents", "k", b"k", "run:drain", lease.fence, "hook",
                                    attempt, 5.0, 0.0)
@@ -36,9 +36,9 @@ async def test_drain_waits_for_the_record_being_written(pool: asyncpg.Pool) -> N
             "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock' AND pid <> $1", locker.get_server_pid()),
             "the record's statement waiting on the row lock")
-        drained = asyncio.ensure_future(ledger.drain())  # shutdown, with 5 s to spare
+        drained = asyncio.ensure_future(ledger.drain())  # shutdown, with 30 s to spare
         # the drain is under way while the row is held: a slow machine only
-        # lengthens this, within the drain's 5 s (the wait that must not end early)
+        # lengthens this, within the drain's 30 s (the wait that must not end early)
         await asyncio.sleep(0.3)
         assert not drained.done()
     finally:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.effects import fingerprint
-from tests.integration.conftest import Gw, preset_provider
+from tests.integration.conftest import Gw, gateway_with, preset_gateway
 from tests.support.fake_providers import FakeProvider
 
 EMAIL_PRESETS = ["resend", "postmark", "sendgrid", "mailgun", "ses"]
@@ -40,11 +40,6 @@ def full_email(provider: str) -> dict[str, Any]:
                              "content_type": "application/pdf"}]}
 
 
-async def gateway_with(make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str,
-                       **over: Any) -> Gw:
-    return await make_gw(providers={name: preset_provider(name, fakes[name], **over)})
-
-
 def bare(addresses: list[str]) -> list[str]:
     return [parseaddr(a)[1] for a in addresses]
 
@@ -52,10 +47,8 @@ def bare(addresses: list[str]) -> list[str]:
 @pytest.mark.parametrize("name", EMAIL_PRESETS)
 async def test_an_email_is_mapped_whole_and_sent_once(
         make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str) -> None:
-    gw = await gateway_with(make_gw, fakes, name)
+    gw, lease = await gateway_with(make_gw, fakes, name)
     fake = fakes[name]
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     status, headers, body = await gw.post("/v1/email", gw.headers(lease, "quote-1"),
                                           json=full_email(name))
     assert status == 200, body
@@ -92,9 +85,7 @@ async def test_an_email_is_mapped_whole_and_sent_once(
 @pytest.mark.parametrize("name", EMAIL_PRESETS)
 async def test_a_repeat_is_replayed_and_nothing_is_sent_again(
         make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str) -> None:
-    gw = await gateway_with(make_gw, fakes, name)
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
+    gw, lease = await gateway_with(make_gw, fakes, name)
     first = await gw.email(lease, "welcome-1", body={"provider": name})
     second = await gw.email(lease, "welcome-1", body={"provider": name})
     assert first[0] == second[0] == 200
@@ -107,9 +98,7 @@ async def test_an_emails_key_repeated_on_the_providers_http_route_is_another_req
     """/v1/email and /v1/http/resend/email with the same body have different
     fingerprints: the key's repeat on the other route is another request,
     answered 422, nothing sent."""
-    gw = await gateway_with(make_gw, fakes, "resend")
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
+    gw, lease = await gateway_with(make_gw, fakes, "resend")
     body = {"provider": "resend", "from": "Agent <agent@example.com>",
             "to": ["lead@example.com"], "subject": "Hello", "text": "Hi there"}
     status, _, _ = await gw.post("/v1/email", gw.headers(lease, "one-key"), json=body)
@@ -123,9 +112,7 @@ async def test_an_emails_key_repeated_on_the_providers_http_route_is_another_req
 @pytest.mark.parametrize("name", EMAIL_PRESETS)
 async def test_the_answer_has_the_same_shape_as_over_smtp(
         make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str) -> None:
-    gw = await gateway_with(make_gw, fakes, name)
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
+    gw, lease = await gateway_with(make_gw, fakes, name)
     over_smtp = await gw.email(lease, "smtp-1", body={"provider": "mail"})
     over_api = await gw.email(lease, "api-1", body={"provider": name})
     assert over_smtp[0] == over_api[0] == 200
@@ -136,10 +123,8 @@ async def test_the_answer_has_the_same_shape_as_over_smtp(
 @pytest.mark.parametrize("name", EMAIL_PRESETS)
 async def test_a_rate_limited_answer_frees_the_key(
         make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str) -> None:
-    gw = await gateway_with(make_gw, fakes, name)
+    gw, lease = await gateway_with(make_gw, fakes, name)
     fake = fakes[name]
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     fake.fail_next(429, {"message": "Too many requests"}, headers={"Retry-After": "1"})
     status, _, body = await gw.email(lease, "k-429", body={"provider": name})
     assert status == 502 and body["code"] == "provider_error", body
@@ -152,10 +137,8 @@ async def test_a_rate_limited_answer_frees_the_key(
 async def test_an_answer_that_may_follow_the_send_leaves_it_unknown(
         make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str) -> None:
     """Providers that dedupe nothing: never sent again."""
-    gw = await gateway_with(make_gw, fakes, name)
+    gw, lease = await gateway_with(make_gw, fakes, name)
     fake = fakes[name]
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     fake.fail_next(500, {"message": "Internal error"}, acted=True)
     status, _, body = await gw.email(lease, "k-500", body={"provider": name})
     assert status == 502 and body["code"] == "provider_outcome_unknown", body
@@ -169,10 +152,8 @@ async def test_resend_dedupes_the_resend_of_an_unknown_effect(
     """Resend remembers our key for 24 hours: after a 500 that came once it
     had sent the email, the gateway sends it again with the same key within
     the request, Resend answers the first email's id, and one email exists."""
-    gw = await gateway_with(make_gw, fakes, "resend")
+    gw, lease = await gateway_with(make_gw, fakes, "resend")
     fake = fakes["resend"]
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     fake.fail_next(500, {"statusCode": 500, "name": "application_error",
                          "message": "An unexpected error occurred."}, acted=True)
     status, _, body = await gw.email(lease, "k-resend", body={"provider": "resend"})
@@ -186,10 +167,8 @@ async def test_a_repeat_of_an_unknown_effect_is_resent_inside_the_window(
     """With ``resend_attempts = 0`` the gateway answers the 500 unknown; the
     caller's repeat of the key, inside the window, is sent again with the same
     key, and Resend answers the first email's id."""
-    gw = await gateway_with(make_gw, fakes, "resend", resend_attempts=0)
+    gw, lease = await gateway_with(make_gw, fakes, "resend", resend_attempts=0)
     fake = fakes["resend"]
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     fake.fail_next(500, {"statusCode": 500, "name": "application_error",
                          "message": "An unexpected error occurred."}, acted=True)
     status, _, body = await gw.email(lease, "k-resend", body={"provider": "resend"})
@@ -203,10 +182,8 @@ async def test_a_repeat_of_an_unknown_effect_is_resent_inside_the_window(
 @pytest.mark.parametrize("name", sorted(REJECTION))
 async def test_a_final_refusal_is_stored_and_replayed(
         make_gw: MakeGw, fakes: dict[str, FakeProvider], name: str) -> None:
-    gw = await gateway_with(make_gw, fakes, name)
+    gw, lease = await gateway_with(make_gw, fakes, name)
     fake = fakes[name]
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     code, answer = REJECTION[name]
     fake.fail_next(code, answer)
     status, _, body = await gw.email(lease, "k-refused", body={"provider": name})
@@ -223,24 +200,20 @@ async def test_a_refused_credential_sends_nothing_and_frees_the_key(
     """As an SMTP AUTH refusal: fix the secret, and the same key goes out."""
     wrong = {"aws_secret_access_key_env" if name == "ses" else "api_key_env":
              "FENCEGATE_TEST_WRONG_SECRET"}
-    gw = await gateway_with(make_gw, fakes, name, **wrong)
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
+    gw, lease = await gateway_with(make_gw, fakes, name, **wrong)
     status, _, body = await gw.email(lease, "k-auth", body={"provider": name})
     assert status == 502 and body["code"] == "provider_error", body
     assert body["provider_status"] in (401, 403) and not fakes[name].sent
-    fixed = await gateway_with(make_gw, fakes, name)
+    fixed = await preset_gateway(make_gw, fakes, name)
     status, _, body = await fixed.email(lease, "k-auth", body={"provider": name})
     assert status == 200 and len(fakes[name].sent) == 1
 
 
 async def test_a_provider_too_slow_to_answer_leaves_the_email_unknown(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    gw = await gateway_with(make_gw, fakes, "postmark")
+    gw, lease = await gateway_with(make_gw, fakes, "postmark")
     fake = fakes["postmark"]
     fake.delay = 3.0  # past the provider's timeout_seconds (1 s)
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     status, _, body = await gw.email(lease, "k-slow", body={"provider": "postmark"})
     assert status == 504 and body["code"] == "provider_timeout"
     fake.delay = 0.0
@@ -251,7 +224,7 @@ async def test_a_provider_too_slow_to_answer_leaves_the_email_unknown(
 
 async def test_a_stale_fence_never_reaches_the_provider(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    gw = await gateway_with(make_gw, fakes, "sendgrid")
+    gw = await preset_gateway(make_gw, fakes, "sendgrid")
     old = await gw.leases.claim("run:1", ttl=30)
     assert old is not None
     await gw.leases.release(old.resource, old.owner, old.fence)
@@ -264,9 +237,7 @@ async def test_a_stale_fence_never_reaches_the_provider(
 
 async def test_email_names_an_email_provider_or_the_only_one(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    gw = await gateway_with(make_gw, fakes, "resend")
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
+    gw, lease = await gateway_with(make_gw, fakes, "resend")
     status, _, body = await gw.email(lease, "k-none")
     assert status == 400 and body["field"] == "provider"  # mail (smtp) and resend
     status, _, body = await gw.email(lease, "k-crm", body={"provider": "crm"})

@@ -9,7 +9,13 @@ from typing import Any
 
 from gateway.dev.sinks import SmtpSink
 from gateway.effects import fingerprint
-from tests.integration.conftest import PROVIDER_TIMEOUT, SIGNING_SECRET, Gw, preset_provider
+from tests.integration.conftest import (
+    PROVIDER_TIMEOUT,
+    SIGNING_SECRET,
+    Gw,
+    gateway_with,
+    preset_provider,
+)
 from tests.support.fake_providers import FakeHubSpot, FakeProvider, FakeResend
 
 MakeGw = Callable[..., Awaitable[Gw]]
@@ -18,11 +24,9 @@ CONTACT = {"properties": {"email": "lead@example.com", "firstname": "Ada"}}
 
 async def test_a_crm_write_goes_through_the_hubspot_preset_once(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    gw = await make_gw(providers={"hubspot": preset_provider("hubspot", fakes["hubspot"])})
+    gw, lease = await gateway_with(make_gw, fakes, "hubspot", resource="lead:42")
     fake = fakes["hubspot"]
     assert isinstance(fake, FakeHubSpot)
-    lease = await gw.leases.claim("lead:42", ttl=30)
-    assert lease is not None
     path = "/v1/http/hubspot/crm/v3/objects/contacts"
     status, _, body = await gw.post(path, gw.headers(lease, "contact-42"), json=CONTACT)
     assert status == 201 and body["properties"] == CONTACT["properties"], body
@@ -41,11 +45,9 @@ async def test_a_crm_write_goes_through_the_hubspot_preset_once(
 async def test_a_hubspot_timeout_answer_leaves_the_write_unknown(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
     """HubSpot's 502/504 "timeouts" may follow the write: no resend."""
-    gw = await make_gw(providers={"hubspot": preset_provider("hubspot", fakes["hubspot"])})
+    gw, lease = await gateway_with(make_gw, fakes, "hubspot", resource="lead:42")
     fake = fakes["hubspot"]
     assert isinstance(fake, FakeHubSpot)
-    lease = await gw.leases.claim("lead:42", ttl=30)
-    assert lease is not None
     fake.fail_next(504, {"status": "error", "message": "timeout"}, acted=True)
     path = "/v1/http/hubspot/crm/v3/objects/contacts"
     status, _, body = await gw.post(path, gw.headers(lease, "contact-43"), json=CONTACT)
@@ -57,11 +59,9 @@ async def test_a_hubspot_timeout_answer_leaves_the_write_unknown(
 
 async def test_resends_own_api_through_http_carries_its_idempotency_key(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    gw = await make_gw(providers={"resend": preset_provider("resend", fakes["resend"])})
+    gw, lease = await gateway_with(make_gw, fakes, "resend")
     fake = fakes["resend"]
     assert isinstance(fake, FakeResend)
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
     email = {"from": "a@example.com", "to": ["b@example.com"], "subject": "S", "text": "T"}
     status, _, body = await gw.post("/v1/http/resend/emails", gw.headers(lease, "raw-1"),
                                     json=email)
@@ -91,9 +91,7 @@ async def test_ses_through_http_is_signed_too(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
     """Any request to the ses preset is SigV4-signed after every other header,
     the caller's forwarded ones included; the fake checks the signature."""
-    gw = await make_gw(providers={"ses": preset_provider("ses", fakes["ses"])})
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
+    gw, lease = await gateway_with(make_gw, fakes, "ses")
     raw = b"From: a@example.com\r\nTo: b@example.com\r\nSubject: raw\r\n\r\nhi\r\n"
     status, _, body = await gw.post(
         "/v1/http/ses/v2/email/outbound-emails",
@@ -129,9 +127,7 @@ async def test_the_smtp_relay_preset_sends_attachments_to_a_relay(
 
 async def test_an_attachment_over_the_body_limit_is_refused_before_anything(
         make_gw: MakeGw, fakes: dict[str, FakeProvider]) -> None:
-    gw = await make_gw(providers={"resend": preset_provider("resend", fakes["resend"])})
-    lease = await gw.leases.claim("run:1", ttl=30)
-    assert lease is not None
+    gw, lease = await gateway_with(make_gw, fakes, "resend")
     big = base64.b64encode(b"x" * 64 * 1024).decode()  # the tests' limit is 64 KiB
     status, _, body = await gw.email(lease, "big-1", body={
         "provider": "resend", "attachments": [{"filename": "big.bin", "content": big}]})

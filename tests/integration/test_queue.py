@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import itertools
 import random
@@ -10,8 +11,9 @@ import random
 import asyncpg
 import pytest
 
-from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker, sql
+from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker, clock, sql
 from leases.queue import Job
+from tests.support.lapse import lapse
 from tests.support.waiting import GENEROUS_SECONDS, until
 
 
@@ -79,8 +81,8 @@ async def test_priority_and_run_at_are_respected(pool: asyncpg.Pool) -> None:
 async def test_a_stale_complete_after_takeover_changes_nothing(pool: asyncpg.Pool) -> None:
     q1, q2 = queue(pool, owner="w1"), queue(pool, owner="w2")
     await q1.enqueue({})
-    [old] = await q1.claim(ttl=0.2)
-    await asyncio.sleep(0.3)
+    [old] = await q1.claim(ttl=30)
+    await lapse(pool, after=[q1])  # w1 stalled past its ttl
     assert await q2.recover() == 1
     [new] = await q2.claim(ttl=30)
     assert new.id == old.id and new.fence > old.fence and new.attempts == 2
@@ -152,12 +154,12 @@ async def test_bulk_replay_reports_progress(pool: asyncpg.Pool) -> None:
 async def test_expired_claims_come_back_with_a_higher_fence_or_die(pool: asyncpg.Pool) -> None:
     q = queue(pool, retry=RetryPolicy(max_attempts=2))
     await q.enqueue({})
-    [first] = await q.claim(ttl=0.1)
-    await asyncio.sleep(0.2)
+    [first] = await q.claim(ttl=30)
+    await lapse(pool, after=[q])
     assert await q.recover() == 1
-    [second] = await q.claim(ttl=0.1)
+    [second] = await q.claim(ttl=30)
     assert second.fence > first.fence
-    await asyncio.sleep(0.2)
+    await lapse(pool, after=[q])
     assert await q.recover() == 1
     [row] = await q.list()
     assert row["state"] == "dead" and "lease expired" in row["last_error"]
@@ -166,8 +168,8 @@ async def test_expired_claims_come_back_with_a_higher_fence_or_die(pool: asyncpg
 async def test_claimers_recover_on_their_polling_path(pool: asyncpg.Pool) -> None:
     q = queue(pool, recovery_interval=0.0)
     await q.enqueue({})
-    [first] = await q.claim(ttl=0.1)
-    await asyncio.sleep(0.2)
+    [first] = await q.claim(ttl=30)
+    await lapse(pool, after=[q])
     # no explicit recover(): polling alone brings the job back
     jobs: list[Job] = []
 
@@ -260,8 +262,8 @@ async def test_claim_arguments_are_checked(pool: asyncpg.Pool, bad: dict[str, fl
 async def test_batch_completion_counts_only_current_fences(pool: asyncpg.Pool) -> None:
     q1, q2 = queue(pool, owner="w1"), queue(pool, owner="w2")
     await q1.enqueue_many([NewJob({"n": i}) for i in range(3)])
-    jobs = await q1.claim(limit=3, ttl=0.2)
-    await asyncio.sleep(0.3)
+    jobs = await q1.claim(limit=3, ttl=30)
+    await lapse(pool, after=[q1])
     assert await q1.recover() == 3
     [retaken] = await q2.claim(limit=1, ttl=30)
     stale = next(j for j in jobs if j.id == retaken.id)
@@ -295,30 +297,72 @@ async def test_an_idle_worker_wakes_on_notify_not_on_its_next_poll(pool: asyncpg
     await task
 
 
+#: set while a claim runs: a look for expired claims that the claim starts in
+#: the background (the polling path) inherits it; the backstop's does not
+POLLING: contextvars.ContextVar[bool] = contextvars.ContextVar("polling", default=False)
+
+
+class WatchedQueue(Queue):
+    """A queue that counts the claims of its polls and the looks for expired
+    claims made on their path, and holds the backstop's looks until ``go``."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.polls = 0
+        self.polling_recoveries = 0
+        self.go = asyncio.Event()
+
+    async def claim(self, *args: object, **kw: object) -> list[Job]:
+        token = POLLING.set(True)
+        try:
+            jobs = await super().claim(*args, **kw)  # type: ignore[arg-type]
+        finally:
+            POLLING.reset(token)
+        self.polls += 1
+        return jobs
+
+    async def recover(self) -> int:
+        if POLLING.get():
+            recovered = await super().recover()
+            self.polling_recoveries += 1
+            return recovered
+        await self.go.wait()
+        return await super().recover()
+
+
 async def test_the_backstop_recovers_what_no_claimer_polls_for(pool: asyncpg.Pool) -> None:
     """Polling-path recovery off: only the Worker's backstop loop can bring an
     abandoned claim back."""
     abandoned = queue(pool, owner="dead", recovery_interval=3600)
     await abandoned.enqueue({"n": 1})
-    [first] = await abandoned.claim(ttl=0.1)
-    q = queue(pool, owner="w1", recovery_interval=3600)
+    [first] = await abandoned.claim(ttl=30)
+    q = WatchedQueue(LeaseClient(pool=pool, owner="w1"), "mail", rng=random.Random(1),
+                     recovery_interval=3600)
     done: list[int] = []
 
     async def handler(job: Job) -> None:
         done.append(job.fence)
 
-    worker = Worker(q, handler, poll_min=0.02, poll_max=0.05, backstop_interval=0.3)
+    # the backstop looks often, but each of its looks waits for the test's go
+    worker = Worker(q, handler, poll_min=0.01, poll_max=0.02, backstop_interval=0.01)
     task = asyncio.create_task(worker.run())
-    await asyncio.sleep(0.15)  # the abandoned lease has lapsed; the worker polls idle
-    assert done == []
-    await asyncio.wait_for(worker.backstop_passed.wait(), 5)
-    for _ in range(100):
-        if done:
-            break
-        await asyncio.sleep(0.02)
-    worker.stop()
-    await task
-    assert done and done[0] > first.fence
+    try:
+        # the first poll's look (the only one in an hour) has found nothing to
+        # recover; then the abandoned claim lapses, and the worker polls on
+        await until(lambda: q.polling_recoveries == 1, "the first poll's look")
+        await lapse(pool, after=[abandoned])
+        polls = q.polls
+        await until(lambda: q.polls >= polls + 3, "three polls since the claim lapsed")
+        assert done == [] and q.polling_recoveries == 1
+        assert await pool.fetchval("SELECT claimed_by FROM fencegate_jobs") == "dead"
+        q.go.set()
+        await asyncio.wait_for(worker.backstop_passed.wait(), GENEROUS_SECONDS)
+        await until(lambda: bool(done), "the job recovered by the backstop ran")
+    finally:
+        q.go.set()
+        worker.stop()
+        await task
+    assert done[0] > first.fence and q.polling_recoveries == 1
 
 
 async def test_a_slot_frees_when_the_handler_returns_not_when_its_completion_lands(
@@ -350,22 +394,23 @@ async def test_a_slot_frees_when_the_handler_returns_not_when_its_completion_lan
     worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02)
     task = asyncio.create_task(worker.run())
     try:
-        for _ in range(500):
-            if len(started) == 3:
-                break
-            await asyncio.sleep(0.01)
-        assert sorted(started) == [0, 1, 2], "the held completion kept the slot"
+        await until(lambda: len(started) == 3, "jobs 1 and 2 run beside job 0's held "
+                    "completion (the held completion kept the slot)")
+        assert sorted(started) == [0, 1, 2]
         assert (await q.stats()).get("completed", 0) < 3  # job 0's is still held
     finally:
         if holder.is_in_transaction():
             await hold.rollback()
         await pool.release(holder)
-    for _ in range(300):
-        if (await q.stats()).get("completed") == 3:
-            break
-        await asyncio.sleep(0.02)
-    worker.stop()
-    await task
+
+    async def all_completed() -> bool:
+        return (await q.stats()).get("completed") == 3
+
+    try:
+        await until(all_completed, "all three completed")
+    finally:
+        worker.stop()
+        await task
     assert (await q.stats()) == {"completed": 3}
     assert peak == 1
 
@@ -403,15 +448,16 @@ async def test_a_worker_takes_up_what_it_claimed_only_for_the_time_its_leases_ha
     q = queue(pool, name="takeup")
     await q.enqueue({"n": 1})
     await q.enqueue({"n": 2})
-    claimed = await q.claim("w-lost", limit=1, ttl=3.0)
+    claimed = await q.claim("w-lost", limit=1, ttl=60)
     assert len(claimed) == 1
-    await q.claim("w-other", limit=1, ttl=3.0)
-    await asyncio.sleep(1.0)
-    loop = asyncio.get_running_loop()
-    before = loop.time()
-    taken = await q.claimed_by("w-lost", 3.0)
+    await q.claim("w-other", limit=1, ttl=60)
+    # as if half its ttl had passed: 30 s left by the database's clock
+    await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp() + "
+                       "interval '30 seconds' WHERE owner = 'w-lost'")
+    before = clock.now()
+    taken = await q.claimed_by("w-lost", 60)
     assert [(j.id, j.fence) for j in taken] == [(claimed[0].id, claimed[0].fence)]
-    # 2 s (less the renewal margin) at most, not a fresh ttl of 3 s
-    assert taken[0].lease.deadline <= before + 2.0 + 0.05
+    # 30 s (less the renewal margin) at most, not a fresh ttl of 60 s
+    assert taken[0].lease.deadline <= before + 30.0 + 0.05
     assert await q.complete(taken[0])  # its fence is the current one
-    assert await q.claimed_by("w-lost", 3.0) == []
+    assert await q.claimed_by("w-lost", 60) == []

@@ -12,6 +12,7 @@ import asyncpg
 
 from leases import LeaseClient, NewJob, Queue, Worker
 from leases.queue import Job
+from tests.support.waiting import GENEROUS_SECONDS, until
 
 JOBS = 3000
 PROCESSES = 3
@@ -85,15 +86,13 @@ async def test_a_killed_worker_s_job_is_claimed_again_with_a_higher_fence(
     proc = multiprocessing.get_context("spawn").Process(target=_hang_on_first_job, args=(dsn,))
     proc.start()
     try:
-        for _ in range(300):
-            started = await pool.fetchrow("SELECT job_id, fence FROM test_started")
-            if started:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: pool.fetchval("SELECT count(*) > 0 FROM test_started"),
+                    "the doomed worker started the job")
+        started = await pool.fetchrow("SELECT job_id, fence FROM test_started")
         assert started is not None and started["job_id"] == job_id
         assert proc.pid is not None
         os.kill(proc.pid, signal.SIGKILL)  # mid-job: no release, no fail, nothing
-        await asyncio.to_thread(proc.join, 10)
+        await asyncio.to_thread(proc.join, GENEROUS_SECONDS)
     finally:
         if proc.is_alive():
             proc.kill()
@@ -105,13 +104,12 @@ async def test_a_killed_worker_s_job_is_claimed_again_with_a_higher_fence(
     worker = Worker(q, handler, concurrency=1, poll_min=0.02, poll_max=0.05,
                     backstop_interval=0.2)
     task = asyncio.create_task(worker.run())
-    for _ in range(200):  # the killed worker's 1 s lease must lapse first
-        if done:
-            break
-        await asyncio.sleep(0.05)
-    worker.stop()
-    await task
-    assert done and done[0] > started["fence"]
+    try:  # the killed worker's 1 s lease lapses first
+        await until(lambda: bool(done), "the killed worker's job ran again")
+    finally:
+        worker.stop()
+        await task
+    assert done[0] > started["fence"]
     [row] = await q.list()
     assert row["state"] == "completed" and row["attempts"] == 2
     verdict = await pool.fetchval(
@@ -126,12 +124,19 @@ def _serve_until_sigterm(dsn: str) -> None:
         pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
         q = Queue(LeaseClient(pool=pool, owner="graceful"), "graceful")
 
+        stopped = asyncio.Event()
+
+        class Stopping(Worker):
+            def stop(self) -> None:  # what SIGTERM calls
+                super().stop()
+                stopped.set()
+
         async def handler(job: Job) -> None:
             await pool.execute("INSERT INTO test_started (job_id, fence) VALUES ($1, $2)",
                                job.id, job.fence)
-            await asyncio.sleep(1.0)  # still working when SIGTERM arrives
+            await stopped.wait()  # still working when SIGTERM arrives
 
-        await Worker(q, handler, concurrency=2, ttl=30, poll_min=0.01, grace=10).run(
+        await Stopping(q, handler, concurrency=2, ttl=30, poll_min=0.01, grace=30).run(
             handle_signals=True)
         await pool.close()
 
@@ -148,13 +153,11 @@ async def test_sigterm_stops_claiming_and_lets_in_flight_jobs_finish(
                                                         args=(dsn,))
     proc.start()
     try:
-        for _ in range(300):
-            if await pool.fetchval("SELECT count(*) FROM test_started") == 2:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: pool.fetchval("SELECT count(*) = 2 FROM test_started"),
+                    "the worker process running two jobs")
         assert proc.pid is not None
         os.kill(proc.pid, signal.SIGTERM)
-        await asyncio.to_thread(proc.join, 20)
+        await asyncio.to_thread(proc.join, GENEROUS_SECONDS)
         assert proc.exitcode == 0
     finally:
         if proc.is_alive():

@@ -18,23 +18,13 @@ import asyncpg
 
 from leases import LeaseClient, Queue, sql
 from leases.queue import NewJob, job_resource
+from tests.support.lapse import lapse
+from tests.support.locks import until_waiting
 
 
 def queue(pool: asyncpg.Pool, owner: str, name: str = "mail", **kw: object) -> Queue:
     return Queue(LeaseClient(pool=pool, owner=owner), name, rng=random.Random(1),
                  recovery_interval=3600, **kw)  # type: ignore[arg-type]
-
-
-async def _wait_until_blocked(pool: asyncpg.Pool, needle: str) -> None:
-    """Until a backend running a statement containing ``needle`` waits on a lock."""
-    for _ in range(500):
-        waiting = await pool.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()", needle)
-        if waiting:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"no statement with {needle!r} ever waited on a lock")
 
 
 async def test_recovery_does_not_requeue_a_job_claimed_again_while_it_ran(
@@ -53,9 +43,9 @@ async def test_recovery_does_not_requeue_a_job_claimed_again_while_it_ran(
     dead = queue(pool, "dead-worker")
     j1 = await dead.enqueue({"n": 1})
     j2 = await dead.enqueue({"n": 2})
-    claimed = await dead.claim(limit=2, ttl=0.2)
+    claimed = await dead.claim(limit=2, ttl=30)
     assert sorted(j.id for j in claimed) == [j1, j2]
-    await asyncio.sleep(0.4)  # the dead worker's claims expire
+    await lapse(pool, after=[dead])  # the dead worker's claims expire
 
     # a slow statement holds job 1's lease row for a moment
     locker = await pool.acquire()
@@ -66,7 +56,7 @@ async def test_recovery_does_not_requeue_a_job_claimed_again_while_it_ran(
 
     # recovery R1 takes its snapshot, locks job 1, and waits for job 1's lease row
     r1 = asyncio.create_task(queue(pool, "r1").recover())
-    await _wait_until_blocked(pool, "over AS")
+    await until_waiting(pool, "over AS")
 
     # meanwhile another claimer's recovery brings job 2 back, and worker c claims it
     assert await queue(pool, "r2").recover() == 1
@@ -98,11 +88,12 @@ async def test_purge_does_not_delete_a_lease_that_became_live_during_the_purge(
     third party claims the resource at once, and the first holder's drain
     barrier (its effect in flight) is gone with the row.
     """
-    q = queue(pool, "w1", retention_seconds=0.05)
+    q = queue(pool, "w1", retention_seconds=60)
     job_id = await q.enqueue({"n": 1})
     [job] = await q.claim(limit=1, ttl=30)
     assert await q.complete(job) is True
-    await asyncio.sleep(0.2)  # past retention
+    await pool.execute("UPDATE fencegate_jobs SET finished_at = finished_at - "
+                       "interval '1 hour'")  # as if past its retention
     resource = job_resource("mail", job_id)
 
     # someone claims the finished job's resource outside the queue (the
@@ -120,7 +111,7 @@ async def test_purge_does_not_delete_a_lease_that_became_live_during_the_purge(
     assert verdict == "admitted"
 
     purge = asyncio.create_task(q.purge())
-    await _wait_until_blocked(pool, "leases_gone")
+    await until_waiting(pool, "leases_gone")
     await tx.commit()
     await pool.release(claimer)
     await purge
@@ -156,7 +147,7 @@ async def test_completing_jobs_locks_their_leases_in_resource_order(
                            " FOR NO KEY UPDATE", first)
         completing = asyncio.ensure_future(
             q.complete_many([(jobs[1], None), (jobs[0], None)]))  # 9, 10
-        await _wait_until_blocked(pool, "complete_job")
+        await until_waiting(pool, "complete_job")
         # the completion waits for the first row; the second is not its yet
         await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
                            " FOR NO KEY UPDATE", second)
@@ -172,15 +163,13 @@ async def test_recovering_jobs_locks_their_leases_in_resource_order(
     q = queue(pool, "w")
     await q.enqueue_many([NewJob({"n": n}) for n in range(1, 11)])
     await q.claim("w:1", limit=10, ttl=60)
-    if q._recovering is not None:  # the claim's own look, before the leases lapse
-        await q._recovering
-    await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp()")
+    await lapse(pool, after=[q])
     first, second = job_resource(q.name, 10), job_resource(q.name, 9)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
                            " FOR NO KEY UPDATE", first)
         recovering = asyncio.ensure_future(queue(pool, "r").recover())
-        await _wait_until_blocked(pool, "over AS")
+        await until_waiting(pool, "over AS")
         await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
                            " FOR NO KEY UPDATE", second)
     assert await asyncio.wait_for(recovering, 60) == 10

@@ -11,15 +11,15 @@ lease keeps renewing through it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 import pytest
 
-from leases import LeaseClient
+from leases import LeaseClient, policy
 from tests.integration.conftest import Gw
+from tests.support.waiting import until
 
 
 class ReadOnly:
@@ -72,12 +72,14 @@ async def test_the_gateway_answers_503_on_a_read_only_database_and_recovers(
     assert await gw.metric("fencegate_db_unavailable_total") >= before + 3
     await read_only.set(False)
     await gw.pool.expire_connections()  # the test's own pool, used by gw.leases
-    for _ in range(50):  # no restart: the gateway's pool reconnects by itself
+    answers: list[tuple[int, object]] = []
+
+    async def sent() -> bool:  # no restart: the gateway's pool reconnects by itself
         status, _, body = await gw.email(lease, "during-0")
-        if status == 200:
-            break
-        await asyncio.sleep(0.1)
-    assert status == 200, body
+        answers.append((status, body))
+        return status == 200
+
+    await until(sent, "an email sent once the database is writable again", every=0.1)
     assert len(gw.smtp.deliveries) == 2
 
 
@@ -88,23 +90,19 @@ async def test_a_lease_keeps_renewing_through_a_read_only_moment(
     safety deadline; it was a loss at once ("renewal failed")."""
     caplog.set_level(logging.INFO, logger="fencegate.leases")
     async with LeaseClient(dsn, owner="w") as client:
-        lease = await client.claim("run:renew-ro", ttl=3.0)
+        # the first renewal after 0.6 s, the deadline 24 s away: the read-only
+        # moment and its end fall between them on any machine
+        lease = await client.claim("run:renew-ro", ttl=30.0, renewal=policy.RenewalPolicy(
+            30.0, renew_fraction=0.02, retry_fraction=0.01))
         assert lease is not None
         async with lease:
             await read_only.set(True)
-            for _ in range(100):  # the first renewal (after ttl/3) fails
-                if any("retrying" in str(r.msg) for r in caplog.records):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("no renewal was refused as read-only")
+            await until(lambda: any("retrying" in str(r.msg) for r in caplog.records),
+                        "a renewal refused as read-only")
             assert lease.lost is None, lease.lost
             first_expiry = lease.expires_at
             await read_only.set(False)
-            for _ in range(100):  # a retry lands on a writable session
-                if lease.expires_at > first_expiry:
-                    break
-                await asyncio.sleep(0.05)
-            assert lease.expires_at > first_expiry, "the lease was never renewed again"
-            assert lease.lost is None
+            await until(lambda: lease.expires_at > first_expiry or lease.lost is not None,
+                        "a retry landing on a writable session")
+            assert lease.lost is None, lease.lost
             lease.check()

@@ -6,22 +6,26 @@ late does not keep the lease a whole ttl for a holder that gave up
 from __future__ import annotations
 
 import asyncio
-import time
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from leases import LeaseClient, LeaseLost, database
 from tests.support.faultproxy import FaultProxy
+from tests.support.waiting import until
 
 TTL = 5.0  # renewals every 1.67 s; the holder gives up 4 s after its last one was sent
-DELAY = 1.5  # each way: the renewal lands 1.5 s after it is sent, its answer 1.5 s later
+
+
+def _busy() -> float:
+    return REGISTRY.get_sample_value("fencegate_db_pool_busy_total") or 0.0
 
 
 async def test_a_lost_lease_is_released_though_the_pool_is_busy(
     dsn: str, pool: asyncpg.Pool,
 ) -> None:
-    proxy = await FaultProxy(dsn, delay_seconds=DELAY).start()
+    proxy = await FaultProxy(dsn).start()
     shared = await database.create_pool(proxy.dsn(), min_size=2, max_size=2,
                                         command_timeout=30)
     client = LeaseClient(pool=shared, acquire_timeout=0.1)
@@ -29,31 +33,44 @@ async def test_a_lost_lease_is_released_though_the_pool_is_busy(
     try:
         warm = await client.claim("run:warm", TTL)  # statements prepared on the connection
         assert warm is not None and await warm.renew() is None and await warm.release()
-        sent = time.monotonic()
         lease = await client.claim("run:held", TTL)
         assert lease is not None
+
+        async def landed() -> bool:
+            return bool(await pool.fetchval(
+                "SELECT expires_at - claimed_at > make_interval(secs => $1) "
+                "FROM fencegate_leases WHERE resource = 'run:held'", TTL))
+
+        async def stretch_once_landed() -> object:
+            await until(landed, "the renewal landing (or the test proves nothing)")
+            # as if the late renewal had asked for an hour: only a release ends it
+            return await pool.fetchval(
+                "UPDATE fencegate_leases SET expires_at = expires_at + interval '1 hour' "
+                "WHERE resource = 'run:held' RETURNING expires_at")
+
+        stretched = asyncio.create_task(stretch_once_landed())
+        busy_before = _busy()
         with pytest.raises(LeaseLost) as lost:
             async with lease:
-                await asyncio.sleep(1.0)
-                proxy.set_mode("delay")  # the renewal at 1.67 s lands at 3.2 s, answers at 4.7 s
-                await asyncio.sleep(60)
-        proxy.set_mode("pass")
+                # the renewal at 1.67 s lands and commits; its answer never
+                # comes, and its connection stays taken: the pool is full
+                proxy.set_mode("lose_replies")
+                await asyncio.sleep(3600)
         assert lost.value.reason == "unreachable"
-        row = await pool.fetchrow(
-            "SELECT extract(epoch FROM expires_at - claimed_at)::float8 AS held_for, "
-            "expires_at > clock_timestamp() AS live FROM fencegate_leases "
-            "WHERE resource = 'run:held'")
-        assert row["live"] and row["held_for"] > TTL + 1, \
-            "the renewal did not land after all: the test proves nothing"
-        nxt = LeaseClient(pool=pool, owner="next")
-        got = None
-        while got is None and time.monotonic() - sent < 7.0:  # the late renewal ends at ~8.2 s
-            got = await nxt.claim("run:held", 30)
-            await asyncio.sleep(0.1)
-        assert got is not None, (
-            f"the lease the holder gave up {time.monotonic() - sent - 4.0:.1f} s ago is still "
-            f"held (the late renewal kept it to {row['held_for']:.1f} s after the claim): the "
-            f"release after the loss died of Busy while the renewal held a connection")
+        extended = await stretched
+        # the release after the loss is refused Busy: nothing comes free ...
+        await until(lambda: _busy() > busy_before, "a release refused Busy")
+        # ... until the renewal's connection is cut, and one comes free
+        proxy.set_mode("pass")
+
+        async def released() -> bool:
+            return bool(await pool.fetchval(
+                "SELECT expires_at < $1 FROM fencegate_leases WHERE resource = 'run:held'",
+                extended))
+
+        await until(released, "the release of the lost lease (it died of Busy while the "
+                    "renewal held a connection, and the late renewal keeps the lease)")
+        assert await LeaseClient(pool=pool, owner="next").claim("run:held", 30) is not None
     finally:
         await shared.release(other_work)
         await shared.close()

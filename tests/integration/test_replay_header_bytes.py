@@ -4,7 +4,6 @@ answer and in every repeat of the key."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -33,11 +32,7 @@ async def test_a_replay_hands_back_the_header_bytes_the_first_answer_had(
 
     status, first = await _raw(gw, gw.headers(lease, "latin1"))
     assert status == 200
-    for _ in range(100):  # the record lands behind the answer
-        if await gw.pool.fetchval("SELECT state FROM fencegate_effects "
-                                  "WHERE idempotency_key = 'latin1'") == "succeeded":
-            break
-        await asyncio.sleep(0.05)
+    assert await gw.effect_state_after("latin1") == "succeeded"  # behind the answer
 
     status, again = await _raw(gw, gw.headers(lease, "latin1"))
     assert (status, again.get(b"idempotent-replayed")) == (200, b"true")

@@ -14,12 +14,18 @@ from gateway.ledger import Ledger
 from leases import LeaseClient, Queue, Worker
 from leases.metrics import AWAITING_PURGE
 from leases.queue import job_resource
+from tests.support.lapse import lapse
 from tests.support.waiting import until
 
 
 def _queue(pool: asyncpg.Pool, owner: str, **kw: object) -> Queue:
     return Queue(LeaseClient(pool=pool, owner=owner), "mail", rng=random.Random(1),
                  recovery_interval=3600, **kw)  # type: ignore[arg-type]
+
+
+async def _past_retention(pool: asyncpg.Pool) -> None:
+    """As if the queue's retention had passed since its jobs finished."""
+    await pool.execute("UPDATE fencegate_jobs SET finished_at = finished_at - interval '1 hour'")
 
 
 async def test_the_effect_purge_catches_up_in_one_pass(pool: asyncpg.Pool) -> None:
@@ -49,7 +55,7 @@ async def test_the_effect_purge_catches_up_in_one_pass(pool: asyncpg.Pool) -> No
 async def test_finished_jobs_go_with_their_leases_after_retention(pool: asyncpg.Pool) -> None:
     """Completed and dead jobs, and every job:<queue>:<id> lease row, stayed
     for ever."""
-    q = _queue(pool, "w", retention_seconds=0.2)
+    q = _queue(pool, "w", retention_seconds=60)
     ids = [await q.enqueue({"n": i}) for i in range(5)]
     jobs = await q.claim(limit=5, ttl=30)
     for job in jobs[:3]:
@@ -57,7 +63,7 @@ async def test_finished_jobs_go_with_their_leases_after_retention(pool: asyncpg.
     assert await q.fail(jobs[3], "gave up") in ("queued", "dead")
     await pool.execute("UPDATE fencegate_jobs SET state = 'dead', finished_at = "
                        "clock_timestamp() WHERE id = $1", jobs[3].id)
-    await asyncio.sleep(0.3)
+    await _past_retention(pool)
     fences = {j.id: j.fence for j in jobs}
     assert await q.purge() == 4
     # the job still claimed stays, with its lease; the rest are gone with theirs
@@ -71,14 +77,14 @@ async def test_finished_jobs_go_with_their_leases_after_retention(pool: asyncpg.
 
 
 async def test_a_purge_keeps_a_finished_jobs_lease_while_it_is_live(pool: asyncpg.Pool) -> None:
-    q = _queue(pool, "w", retention_seconds=0.1)
+    q = _queue(pool, "w", retention_seconds=60)
     job_id = await q.enqueue({})
     [job] = await q.claim(ttl=30)
     assert await q.complete(job)
     # someone holds the finished job's resource again, outside the queue
     outside = await LeaseClient(pool=pool, owner="o").claim(job_resource("mail", job_id), ttl=30)
     assert outside is not None
-    await asyncio.sleep(0.2)
+    await _past_retention(pool)
     assert await q.purge() == 0
     assert await pool.fetchval("SELECT count(*) FROM fencegate_leases") == 1
 
@@ -90,16 +96,16 @@ async def test_a_job_whose_lease_was_claimed_outside_the_queue_is_recovered(
     job:<queue>:<id> by anyone else left the job claimed for ever."""
     q = _queue(pool, "w")
     job_id = await q.enqueue({"n": 1})
-    [job] = await q.claim(ttl=0.2)
-    await asyncio.sleep(0.3)  # the worker died; its claim expired
+    [job] = await q.claim(ttl=30)
+    await lapse(pool, after=[q])  # the worker died; its claim expired
     outsider = LeaseClient(pool=pool, owner="outsider")
-    taken = await outsider.claim(job.resource, ttl=0.3)
+    taken = await outsider.claim(job.resource, ttl=30)
     assert taken is not None and taken.fence > job.fence
     assert await q.recover() == 1
     state = await pool.fetchval("SELECT state FROM fencegate_jobs WHERE id = $1", job_id)
     assert state == "queued"
     assert await q.complete(job) is False  # the dead worker's fence counts for nothing
-    await asyncio.sleep(0.35)  # the outsider's lease lapses; the queue claims it again
+    await lapse(pool)  # the outsider's lease lapses; the queue claims it again
     [again] = await _queue(pool, "w2").claim(ttl=30)
     assert again.id == job_id and again.fence > taken.fence
 

@@ -23,11 +23,10 @@ import aiohttp
 import asyncpg
 import pytest
 
-from gateway.api.auth import key_sha256
 from leases import LeaseClient
-from tests.support.drain import claim_after_barrier
+from tests.support.drain import FAST_TOML, claim_after_barrier
 from tests.support.heldsmtp import HeldSmtp
-from tests.support.served import free_port, serve
+from tests.support.served import serve_gateway
 
 
 @pytest.fixture
@@ -39,26 +38,14 @@ async def held_smtp() -> AsyncIterator[HeldSmtp]:
 
 async def _serve(tmp_path: Path, dsn: str, smtp_port: int) -> tuple[subprocess.Popen[bytes],
                                                                      str]:
-    port = free_port()
-    return await serve(tmp_path, f"""
-[server]
-port = {port}
-database_timeout_seconds = 1
-barrier_grace_seconds = 0.5
-max_body_bytes = {1024 * 1024}
-[database]
-url_env = "FG_TEST_DSN"
-[[clients]]
-name = "agents"
-key_sha256 = "{key_sha256('k')}"
-resources = ["run:*"]
+    return await serve_gateway(tmp_path, dsn, f"""
 [providers.mail]
 kind = "smtp"
 host = "127.0.0.1"
 port = {smtp_port}
 timeout_seconds = 1
 rate_limit_per_second = 1000
-""", port, dsn)
+""", server=FAST_TOML)
 
 
 async def test_an_smtp_message_cut_by_its_timeout_is_not_accepted_after_the_barrier(
@@ -70,7 +57,7 @@ async def test_an_smtp_message_cut_by_its_timeout_is_not_accepted_after_the_barr
     reads again: it must never get fence F's message whole."""
     proc, url = await _serve(tmp_path, dsn, held_smtp.port)
     try:
-        lease = await LeaseClient(pool=pool, owner="worker-a").claim("run:A", ttl=1)
+        lease = await LeaseClient(pool=pool, owner="worker-a").claim("run:A", ttl=60)
         assert lease is not None
         headers = {"Authorization": "Bearer k", "Fence-Resource": lease.resource,
                    "Fence-Token": str(lease.fence), "Idempotency-Key": "held-mail-1"}
@@ -82,7 +69,7 @@ async def test_an_smtp_message_cut_by_its_timeout_is_not_accepted_after_the_barr
                 headers=headers) as r:
             body = await r.json()
             assert r.status == 504 and body["code"] == "provider_timeout", (r.status, body)
-        await claim_after_barrier(LeaseClient(pool=pool, owner="worker-b"), "run:A")
+        await claim_after_barrier(pool, "run:A")
         held_smtp.release()  # the server reads again, at full speed
         [conn] = held_smtp.conns
         await conn.ended.wait()

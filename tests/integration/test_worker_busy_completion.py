@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 
 import asyncpg
 import pytest
 
-from leases import LeaseClient, Queue, RetryPolicy, Worker
+from leases import LeaseClient, Worker
 from leases.queue import Job
+from tests.support.working import worker_queue
 
 
 async def test_a_completion_refused_for_a_busy_pool_is_sent_again(
@@ -22,8 +22,7 @@ async def test_a_completion_refused_for_a_busy_pool_is_sent_again(
     caplog.set_level(logging.INFO, logger="fencegate.worker")
     client = LeaseClient(dsn, owner="w1", pool_size=3, acquire_timeout=0.2)
     try:
-        q = Queue(client, "mail", rng=random.Random(1), recovery_interval=0.05,
-                  retry=RetryPolicy(max_attempts=3, base_seconds=0.01, cap_seconds=0.02))
+        q = worker_queue(client, recovery_interval=0.05)
         job_id = await q.enqueue({"n": 1})
         runs = 0
         running, go = asyncio.Event(), asyncio.Event()

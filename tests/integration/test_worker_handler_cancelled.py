@@ -7,19 +7,12 @@ past the grace period) leaves the job unrecorded."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 import asyncpg
 
-from leases import LeaseClient, Queue, RetryPolicy, Worker
+from leases import Worker
 from leases.queue import Job
-from tests.support.working import run_worker_until
-
-
-def queue(pool: asyncpg.Pool) -> Queue:
-    return Queue(LeaseClient(pool=pool, owner="w1"), "mail", rng=random.Random(1),
-                 retry=RetryPolicy(max_attempts=3, base_seconds=0.01, cap_seconds=0.02),
-                 recovery_interval=3600)
+from tests.support.working import run_failing_once, worker_queue
 
 
 async def test_a_cancellation_raised_by_the_handler_is_a_failed_attempt(
@@ -29,25 +22,12 @@ async def test_a_cancellation_raised_by_the_handler_is_a_failed_attempt(
     worker's task: the failure is recorded with its reason and a backoff
     (not left for recovery, which here does not come for an hour), and the
     second run completes. The worker runs on."""
-    q = queue(pool)
-    await q.enqueue({"n": 1})
-    runs = 0
+    async def cancelled() -> None:
+        inner = asyncio.ensure_future(asyncio.sleep(3600))
+        inner.cancel()
+        await inner  # raises CancelledError into the handler
 
-    async def handler(job: Job) -> str:
-        nonlocal runs
-        runs += 1
-        if runs == 1:
-            inner = asyncio.ensure_future(asyncio.sleep(3600))
-            inner.cancel()
-            await inner  # raises CancelledError into the handler
-        return "ok"
-
-    worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02,
-                    backstop_interval=3600)
-    await run_worker_until(worker, pool, "SELECT state <> 'completed' FROM fencegate_jobs")
-    row = await pool.fetchrow("SELECT attempts, result_ref, last_error FROM fencegate_jobs")
-    assert row is not None
-    assert (row["attempts"], row["result_ref"]) == (2, "ok")
+    row = await run_failing_once(pool, cancelled)
     assert row["last_error"].startswith("CancelledError"), row["last_error"]
 
 
@@ -57,7 +37,7 @@ async def test_a_handler_cancelled_past_the_grace_period_is_not_a_failure(
     """Shutdown cancels a handler still running after the grace period: the
     worker is leaving, the job did not fail. No failure is recorded, and the
     job's lease is released for the next worker."""
-    q = queue(pool)
+    q = worker_queue(pool)
     await q.enqueue({"n": 1})
     started = asyncio.Event()
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from typing import Any
 
 import asyncpg
 import pytest
 
-from leases import LeaseClient, Queue, RetryPolicy, Worker, clock, sql
+from leases import Worker, clock, sql
 from leases.queue import Job
-from tests.support.working import run_worker_until
+from tests.support.working import run_worker_until, worker_queue
 
 TTL = 1.0
 
@@ -42,19 +41,13 @@ async def run_until_settled(pool: asyncpg.Pool, worker: Worker) -> dict[str, Any
     return dict(row)
 
 
-def queue(pool: asyncpg.Pool) -> Queue:
-    return Queue(LeaseClient(pool=pool, owner="w1"), "mail", rng=random.Random(1),
-                 retry=RetryPolicy(max_attempts=3, base_seconds=0.01, cap_seconds=0.02),
-                 recovery_interval=0.05)
-
-
 async def test_a_result_returned_after_the_loss_is_not_recorded(pool: asyncpg.Pool) -> None:
     """The first run returns its result in the step that follows a pause
     past the lease's deadline (its completion is queued before the loop
     notices the loss). The result of a run in lost-ownership mode is not
     recorded: the job runs again, and the second run's result is the one
     stored."""
-    q = queue(pool)
+    q = worker_queue(pool, recovery_interval=0.05)
     await q.enqueue({"n": 1})
     runs: list[int] = []
 
@@ -91,7 +84,7 @@ async def test_a_handler_failing_after_the_loss_spends_no_attempt_on_it(
         for conn in conns:
             await conn.fetchval(sql.query("fail_job"), 0, 0, "warm-up", 0.0)
             await warm.release(conn)
-        await queue(warm).enqueue({"n": 1})
+        await worker_queue(warm).enqueue({"n": 1})
         await _lost_then_failed(warm, caplog, how)
     finally:
         await warm.close()
@@ -99,7 +92,7 @@ async def test_a_handler_failing_after_the_loss_spends_no_attempt_on_it(
 
 async def _lost_then_failed(pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture,
                             how: str) -> None:
-    q = queue(pool)
+    q = worker_queue(pool, recovery_interval=0.05)
     runs: list[int] = []
 
     async def handler(job: Job) -> str:

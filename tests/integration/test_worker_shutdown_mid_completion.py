@@ -7,20 +7,19 @@ returned, when the caller may have closed the pool or the event loop."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 import asyncpg
 
-from leases import LeaseClient, Queue, RetryPolicy, Worker
+from leases import Worker
 from leases.queue import Job
+from tests.support.locks import until_waiting
+from tests.support.working import worker_queue
 
 
 async def test_a_completion_stuck_at_the_end_of_the_grace_period_ends_with_run(
     pool: asyncpg.Pool,
 ) -> None:
-    q = Queue(LeaseClient(pool=pool, owner="w1"), "mail", rng=random.Random(1),
-              retry=RetryPolicy(max_attempts=3, base_seconds=0.01, cap_seconds=0.02),
-              recovery_interval=3600)
+    q = worker_queue(pool)
     job_id = await q.enqueue({"n": 1})
     running, go = asyncio.Event(), asyncio.Event()
 
@@ -39,11 +38,7 @@ async def test_a_completion_stuck_at_the_end_of_the_grace_period_ends_with_run(
         await tx.start()
         await locker.execute("SELECT 1 FROM fencegate_jobs WHERE id = $1 FOR UPDATE", job_id)
         go.set()
-        # the completion's statement waits on the row lock
-        while not await pool.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%complete_job%' AND pid <> pg_backend_pid()"):
-            await asyncio.sleep(0.02)
+        await until_waiting(pool, "complete_job")  # the completion, on the row lock
         worker.stop()
         await task
         left = [t for t in asyncio.all_tasks() if not t.done()

@@ -17,16 +17,18 @@ import asyncpg
 
 from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker
 from leases.queue import Job
-
-LATE_ANSWER_SECONDS = 0.6
+from tests.support.waiting import until
 
 
 class LateFailAnswers(Queue):
-    """A queue whose ``fail`` commits at once and whose answer is late."""
+    """A queue whose ``fail`` commits at once and whose answer comes only
+    once ``answer`` is set: the worker meanwhile claims the job again."""
+
+    answer = asyncio.Event()
 
     async def fail(self, job: Job, error: BaseException | str) -> str | None:
         state = await super().fail(job, error)
-        await asyncio.sleep(LATE_ANSWER_SECONDS)
+        await self.answer.wait()
         return state
 
 
@@ -36,32 +38,45 @@ async def test_a_job_claimed_again_while_its_failed_run_ends_never_exceeds_concu
     q = LateFailAnswers(LeaseClient(pool=pool, owner="w1"), "slots",
                         retry=RetryPolicy(max_attempts=5, base_seconds=0.001, cap_seconds=0.001),
                         rng=random.Random(1))
+    q.answer = asyncio.Event()
     flaky = await q.enqueue({"n": "flaky"})
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.25)
+    # the others fall due once the flaky job runs again
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     await q.enqueue_many([NewJob({"n": n}, run_at=later) for n in range(3)])
     running = peak = 0
+    second_run = False
     seen: list[Any] = []
 
     async def handler(job: Job) -> None:
-        nonlocal running, peak
+        nonlocal running, peak, second_run
         seen.append((job.payload["n"], job.attempts))
         if job.id == flaky and job.attempts == 1:
-            raise RuntimeError("first attempt fails")
+            raise RuntimeError("first attempt fails")  # its answer waits for q.answer
         running += 1
         peak = max(peak, running)
         try:
-            await asyncio.sleep(1.5)
+            if job.id == flaky:
+                second_run = True
+                await pool.execute("UPDATE fencegate_jobs SET run_at = clock_timestamp() "
+                                   "WHERE id <> $1", flaky)
+            elif second_run:
+                # another job runs beside the second run: now the first run's
+                # end is answered
+                q.answer.set()
+            await asyncio.sleep(1.5)  # long enough to overlap the runs claimed beside it
         finally:
             running -= 1
 
     worker = Worker(q, handler, concurrency=2, poll_min=0.01, poll_max=0.02, ttl=30)
     task = asyncio.create_task(worker.run())
+
+    async def all_completed() -> bool:
+        return (await q.stats()).get("completed") == 4
+
     try:
-        for _ in range(400):
-            if (await q.stats()).get("completed") == 4:
-                break
-            await asyncio.sleep(0.02)
+        await until(all_completed, "all four jobs completed")
     finally:
+        q.answer.set()
         worker.stop()
         await task
     assert (await q.stats()) == {"completed": 4}, seen

@@ -7,14 +7,10 @@ job's task."""
 
 from __future__ import annotations
 
-import random
-
 import asyncpg
 import pytest
 
-from leases import LeaseClient, Queue, RetryPolicy, Worker
-from leases.queue import Job
-from tests.support.working import run_worker_until
+from tests.support.working import run_failing_once
 
 
 class Unprintable(Exception):
@@ -28,26 +24,8 @@ class Unprintable(Exception):
 async def test_an_error_with_an_unstorable_message_is_recorded(
     pool: asyncpg.Pool, error: Exception,
 ) -> None:
-    q = Queue(LeaseClient(pool=pool, owner="w1"), "mail", rng=random.Random(1),
-              retry=RetryPolicy(max_attempts=3, base_seconds=0.01, cap_seconds=0.02),
-              recovery_interval=3600)
-    await q.enqueue({"n": 1})
-    runs = 0
+    async def fail() -> None:
+        raise error
 
-    async def handler(job: Job) -> str:
-        nonlocal runs
-        runs += 1
-        if runs == 1:
-            raise error
-        return "ok"
-
-    worker = Worker(q, handler, concurrency=1, poll_min=0.01, poll_max=0.02,
-                    backstop_interval=3600)
-    # recovery does not come for an hour: only a recorded failure lets the
-    # job run again now
-    unhandled = await run_worker_until(
-        worker, pool, "SELECT state <> 'completed' FROM fencegate_jobs")
-    assert unhandled == []
-    row = await pool.fetchrow("SELECT attempts, last_error FROM fencegate_jobs")
-    assert row is not None and row["attempts"] == 2
+    row = await run_failing_once(pool, fail)
     assert row["last_error"].startswith(type(error).__name__), row["last_error"]

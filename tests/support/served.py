@@ -1,5 +1,6 @@
 """A gateway as a real process: ``fencegate serve`` started in a subprocess,
-returned once it answers ``/readyz``."""
+returned once it answers ``/readyz``; ``serve_gateway`` writes the usual
+configuration around the providers a test gives it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
+from gateway.api.auth import key_sha256
 from tests.support.waiting import GENEROUS_SECONDS
 
 #: the command line, as a user runs it, in this interpreter
@@ -56,3 +58,31 @@ async def serve(tmp_path: Path, config: str, port: int, dsn: str, *args: str,
         proc.kill()
     proc.wait()
     raise AssertionError(f"the gateway never became ready: {log.read_text()[-2000:]}")
+
+
+#: the API key of the one client ``serve_gateway`` configures (``agents``)
+API_KEY = "k"
+
+
+async def serve_gateway(tmp_path: Path, dsn: str, providers: str, *, server: str = "",
+                        database: str = "", args: tuple[str, ...] = (),
+                        env: dict[str, str] | None = None,
+                        ) -> tuple[subprocess.Popen[bytes], str]:
+    """``serve`` a gateway on a free port with the database at ``dsn``, one
+    client ``agents`` (API key ``API_KEY``, resources ``run:*``) and
+    ``providers`` (TOML tables); ``server`` and ``database`` add keys to
+    those tables."""
+    port = free_port()
+    config = f"""
+[server]
+port = {port}
+{server}
+[database]
+url_env = "FG_TEST_DSN"
+{database}
+[[clients]]
+name = "agents"
+key_sha256 = "{key_sha256(API_KEY)}"
+resources = ["run:*"]
+{providers}"""
+    return await serve(tmp_path, config, port, dsn, *args, env=env)

@@ -11,14 +11,24 @@ from leases.batch import Batcher, Entry, GroupCommit
 
 
 class Recorder:
-    def __init__(self, fail: bool = False, wait: float = 0.0) -> None:
+    """The statement a batcher runs: records each batch; with ``hold``, each
+    batch stays out until the test sets it."""
+
+    def __init__(self, fail: bool = False, hold: bool = False) -> None:
         self.batches: list[list[int]] = []
         self.fail = fail
-        self.wait = wait
+        self.released = asyncio.Event()
+        if not hold:
+            self.released.set()
+
+    async def out(self, n: int) -> None:
+        """Until ``n`` batches have been sent."""
+        while len(self.batches) < n:
+            await asyncio.sleep(0)
 
     async def __call__(self, items: Sequence[int]) -> list[int]:
         self.batches.append(list(items))
-        await asyncio.sleep(self.wait)
+        await self.released.wait()
         if self.fail:
             raise RuntimeError("the database said no")
         return [i * 10 for i in items]
@@ -40,11 +50,14 @@ async def test_a_lone_call_goes_at_once() -> None:
 
 
 async def test_calls_made_while_the_batches_are_out_gather_for_the_next() -> None:
-    run = Recorder(wait=0.05)
+    run = Recorder(hold=True)
     batcher: Batcher[int, int] = Batcher(run, max_in_flight=1)
     first = asyncio.ensure_future(batcher(0))
-    await asyncio.sleep(0.01)  # the first batch is out
+    await run.out(1)  # the first batch is out, and stays out
     rest = asyncio.gather(*(batcher(i) for i in range(1, 4)))
+    for _ in range(10):  # turns enough for the three to be sent, were they sent now
+        await asyncio.sleep(0)
+    run.released.set()
     assert await first == 0 and await rest == [10, 20, 30]
     assert run.batches == [[0], [1, 2, 3]]
 
@@ -56,14 +69,15 @@ async def test_every_caller_of_a_failed_batch_gets_the_error() -> None:
 
 
 async def test_a_caller_cancelled_before_its_batch_left_is_not_sent() -> None:
-    run = Recorder(wait=0.05)
+    run = Recorder(hold=True)
     batcher: Batcher[int, int] = Batcher(run, max_in_flight=1)
     first = asyncio.ensure_future(batcher(0))
-    await asyncio.sleep(0.01)
+    await run.out(1)  # the first batch is out, and stays out
     gone = asyncio.ensure_future(batcher(1))
     kept = asyncio.ensure_future(batcher(2))
     await asyncio.sleep(0)
     gone.cancel()
+    run.released.set()
     assert await first == 0 and await kept == 20
     with pytest.raises(asyncio.CancelledError):
         await gone
