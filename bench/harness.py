@@ -105,14 +105,15 @@ async def wait_ready(url: str) -> None:
 
 # ---- the database -----------------------------------------------------------
 
-async def fresh_database(server_dsn: str) -> str:
+async def fresh_database(server_dsn: str, name: str = DB) -> str:
+    """A database ``name`` made anew on the server, migrated; its DSN."""
     admin = await asyncpg.connect(server_dsn)
     try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        await admin.execute(f"CREATE DATABASE {DB}")
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.execute(f"CREATE DATABASE {name}")
     finally:
         await admin.close()
-    dsn = database.with_database(server_dsn, DB)
+    dsn = database.with_database(server_dsn, name)
     await migrate.migrate_dsn(dsn)
     return dsn
 

@@ -31,7 +31,9 @@ from typing import Any
 
 import asyncpg
 
-from leases import Database, database, migrate
+from leases import Database, database
+
+from . import harness
 
 DB = "fencegate_bench_twins"
 #: calls per block, and blocks per variant
@@ -42,18 +44,6 @@ LOCK_WAIT = 0.25  # leases/client.py LOCK_WAIT_SECONDS
 MARGIN = 5.0  # gateway/ledger.py RESEND_MARGIN_SECONDS
 
 Call = Callable[[int], Awaitable[Any]]
-
-
-async def _fresh(server_dsn: str) -> str:
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        await admin.execute(f"CREATE DATABASE {DB}")
-    finally:
-        await admin.close()
-    dsn = database.with_database(server_dsn, DB)
-    await migrate.migrate_dsn(dsn)
-    return dsn
 
 
 async def _time(single: Call, batched: Call) -> tuple[list[float], list[float]]:
@@ -173,7 +163,7 @@ async def measure(dsn: str) -> list[tuple[str, list[float], list[float]]]:
 
 async def main() -> None:
     server_dsn = os.environ.get(database.DATABASE_URL_ENV) or database.start_embedded()
-    dsn = await _fresh(server_dsn)
+    dsn = await harness.fresh_database(server_dsn, DB)
     conn = await asyncpg.connect(dsn)
     try:
         version = await conn.fetchval("SHOW server_version")
