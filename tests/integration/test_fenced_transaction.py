@@ -116,16 +116,6 @@ async def test_the_holders_renewals_go_on_under_its_open_transaction(
         assert [(r["ord"], r["locked"]) for r in got] == [(1, False)]
 
 
-async def test_a_claim_on_a_live_lease_under_a_checked_transaction_loses_at_once(
-        pool: asyncpg.Pool, conn: asyncpg.Connection) -> None:
-    """A claim that would lose anyway does not wait for the lock."""
-    lease = await LeaseClient(pool=pool, owner="a").claim("acct:1", ttl=30)
-    assert lease is not None
-    async with conn.transaction():
-        await conn.execute("SELECT fencegate_check_fence($1, $2)", lease.resource, lease.fence)
-        assert await LeaseClient(pool=pool, owner="b").claim("acct:1", ttl=30) is None
-
-
 async def test_a_stalled_checked_transaction_is_ended_by_the_next_claim(
         pool: asyncpg.Pool, conn: asyncpg.Connection, admin: asyncpg.Connection) -> None:
     """A worker that stalls (SIGSTOP, a GC pause) with its fenced transaction
