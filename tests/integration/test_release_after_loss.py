@@ -36,10 +36,15 @@ async def test_a_lost_lease_is_released_though_the_pool_is_busy(
         lease = await client.claim("run:held", TTL)
         assert lease is not None
 
+        granted = await pool.fetchval(
+            "SELECT expires_at FROM fencegate_leases WHERE resource = 'run:held'")
+
         async def landed() -> bool:
+            # past the claim's own expiry (not "expires_at - claimed_at > ttl":
+            # the claim reads the clock twice, so that is true from the start)
             return bool(await pool.fetchval(
-                "SELECT expires_at - claimed_at > make_interval(secs => $1) "
-                "FROM fencegate_leases WHERE resource = 'run:held'", TTL))
+                "SELECT expires_at > $1 FROM fencegate_leases WHERE resource = 'run:held'",
+                granted))
 
         async def stretch_once_landed() -> object:
             await until(landed, "the renewal landing (or the test proves nothing)")
@@ -64,9 +69,10 @@ async def test_a_lost_lease_is_released_though_the_pool_is_busy(
         proxy.set_mode("pass")
 
         async def released() -> bool:
+            # ended now, long before the hour the late renewal stands for
             return bool(await pool.fetchval(
-                "SELECT expires_at < $1 FROM fencegate_leases WHERE resource = 'run:held'",
-                extended))
+                "SELECT expires_at <= clock_timestamp() AND expires_at < $1 "
+                "FROM fencegate_leases WHERE resource = 'run:held'", extended))
 
         await until(released, "the release of the lost lease (it died of Busy while the "
                     "renewal held a connection, and the late renewal keeps the lease)")
