@@ -105,6 +105,7 @@ def tune_gc() -> None:
 
 def _run_worker(config_path: str, dsn: str, processes: int) -> None:
     logs.setup()
+    logs.skip_unused_fields()  # it logs through JsonFormatter only
     use_uvloop()
     config = load(config_path)
     app = build_app(config, dsn, migrate_on_start=False, processes=processes)
