@@ -17,6 +17,10 @@ per request. Over the timed phase (``BENCH_SECONDS``):
 - WAL bytes per effect (``pg_current_wal_lsn()`` at both ends);
 - row updates of the lease and effect tables, and how many were HOT.
 
+``BENCH_PGSTAT_A`` / ``BENCH_PGSTAT_B`` (files of SQL, run after the
+migration) make it an A/B of alternating phases (main's docstring);
+``BENCH_PGSTAT_CLAIMS=1`` adds a phase of lease claims (``claims``).
+
 Every figure is for this run only: compare runs of the same command, before
 and after a change, on the same machine (bench/NOTES.md has the figures).
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import tempfile
 import time
@@ -34,10 +39,10 @@ from typing import Any
 
 import psycopg
 
-from leases import database
+from leases import LeaseClient, database
 
 from .cpu import CpuMeter, Shares
-from .harness import free_port, fresh_database, gateway, peer, postmaster_pid, wait_port
+from .harness import SECONDS, free_port, fresh_database, gateway, peer, postmaster_pid, wait_port
 from .loadgen import run_load
 
 CALLERS = int(os.environ.get("BENCH_PGSTAT_CALLERS", "32"))
@@ -45,7 +50,9 @@ TOP = int(os.environ.get("BENCH_PGSTAT_TOP", "25"))
 
 SETTINGS = {
     "shared_preload_libraries": "pg_stat_statements",
-    "pg_stat_statements.track": "all",
+    # "top" (BENCH_PGSTAT_TRACK=top): the functions' own statements go
+    # uncounted, and so does what counting them costs
+    "pg_stat_statements.track": os.environ.get("BENCH_PGSTAT_TRACK", "all"),
     "pg_stat_statements.max": "5000",
     "track_io_timing": "on",
     "max_connections": "200",
@@ -187,6 +194,51 @@ async def phase(server_dsn: str, name: str, setup: str) -> None:
     report(result, shares[0], marks[0], marks[1])
 
 
+async def claims(server_dsn: str, name: str, setup: str, clients: int = 8) -> None:
+    """Lease claims through ``LeaseClient.claim`` (the lease API's checked
+    claim), ``clients`` at once over a million resources, for BENCH_SECONDS:
+    claims/s, PostgreSQL CPU and WAL per claim, the statements."""
+    dsn = await fresh_database(server_dsn, name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+        if setup:
+            conn.execute(setup)  # type: ignore[arg-type]
+    pg = await postmaster_pid(dsn)
+    pool = await database.create_pool(dsn, min_size=clients, max_size=clients)
+    client = LeaseClient(pool=pool, owner="bench")
+    rng = random.Random(1)
+    count = 0
+
+    async def claimer(until: float) -> None:
+        nonlocal count
+        while time.perf_counter() < until:
+            await client.claim(f"bench:{rng.randint(1, 1_000_000)}", ttl=60)
+            count += 1
+
+    try:
+        warm = time.perf_counter() + 1
+        await asyncio.gather(*(claimer(warm) for _ in range(clients)))
+        meter = CpuMeter({"PostgreSQL": [pg] if pg else []})
+        before = Snapshot(dsn, reset=True)
+        meter.start()
+        count = 0
+        started = time.perf_counter()
+        await asyncio.gather(*(claimer(started + SECONDS) for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+        shares = meter.stop()
+        after = Snapshot(dsn, reset=False)
+    finally:
+        await pool.close()
+    n = max(count, 1)
+    pg_ms = shares.groups.get("PostgreSQL", 0.0) * shares.seconds * shares.cpus * 1000 / n
+    print(f"\n### {name} ({clients} clients)\n\n{n:,} claims, {n / elapsed:,.0f} claims/s; "
+          f"PostgreSQL CPU per claim {pg_ms:.3f} ms; WAL per claim "
+          f"{(after.lsn - before.lsn) / n:,.0f} bytes (machine idle {100 * shares.idle:.0f} %)")
+    for top, calls, ms, *_rest, query in after.statements[:6]:
+        print(f"- {'top ' if top else ''}{calls / n:.2f} calls, {1000 * ms / n:.1f} µs per "
+              f"claim: `{query[:110]}`")
+
+
 async def main() -> None:
     """``BENCH_PGSTAT_A`` / ``BENCH_PGSTAT_B``: files of SQL run on variant A's
     and B's databases after the migration (e.g. B: a changed function, A:
@@ -201,7 +253,10 @@ async def main() -> None:
     server_dsn, postmaster = start_server(folder)
     try:
         for i, (variant, setup) in enumerate(order):
-            await phase(server_dsn, f"pgstat_{variant.replace(' ', '_').lower()}_{i}", setup)
+            name = f"pgstat_{variant.replace(' ', '_').lower()}_{i}"
+            await phase(server_dsn, name, setup)
+            if os.environ.get("BENCH_PGSTAT_CLAIMS"):
+                await claims(server_dsn, f"{name}_claims", setup)
     finally:
         postmaster.terminate()
         postmaster.wait(30)
