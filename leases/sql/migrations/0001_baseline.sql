@@ -758,7 +758,9 @@ $$;
 -- Admissions and attempt ends in batches. A lease row another transaction
 -- holds is skipped, not waited for: its entries answer 'busy', and the
 -- gateway sends them alone, so one slow or locked resource never holds the
--- rest of a batch. Otherwise each entry is exactly the single call.
+-- rest of a batch. Otherwise each entry is answered as the single call
+-- answers it: the common batches (new keys; successes and failures) by a few
+-- set-based statements, any other by a loop of single calls.
 -- The lock order, everywhere: lease rows before effect rows (keys), and no
 -- statement waits for a lease row while it holds a key; lease rows, where a
 -- statement waits for several (claims, renewals, releases), in the order of
