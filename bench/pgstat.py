@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 import time
@@ -260,6 +261,7 @@ async def main() -> None:
     finally:
         postmaster.terminate()
         postmaster.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
