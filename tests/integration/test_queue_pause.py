@@ -141,3 +141,30 @@ async def test_a_paused_queue_recovers_an_expired_claim_and_holds_it(
     await q.resume()
     [again] = await q.claim("w")
     assert again.id == job_id and again.fence > job.fence and again.attempts == 2
+
+
+async def test_the_metrics_show_paused_queues_and_count_cancels_and_snoozes(
+    pool: asyncpg.Pool,
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from leases import metrics, observe
+    from tests.integration.test_observe import samples
+
+    q, other = queue(pool, "gauged"), queue(pool, "gauged-other")
+    await other.enqueue({})
+    cancelled = metrics.JOBS.labels(queue="gauged", event="cancelled")
+    snoozed = metrics.JOBS.labels(queue="gauged", event="snoozed")
+    before = (cancelled._value.get(), snoozed._value.get())
+    await q.cancel(await q.enqueue({}))
+    await q.enqueue({})
+    [job] = await q.claim("w")
+    assert await q.snooze(job, 60)
+    assert (cancelled._value.get(), snoozed._value.get()) == (before[0] + 1, before[1] + 1)
+    await q.pause()
+    collector = observe.QueueCollector(LeaseClient(pool=pool))
+    await collector.refresh()
+    found = samples(observe.exposition(collector, CollectorRegistry()).decode())
+    assert found[("fencegate_queue_paused", (("queue", "gauged"),))] == 1
+    assert found[("fencegate_queue_paused", (("queue", "gauged-other"),))] == 0
+    assert found[("fencegate_queue_jobs", (("queue", "gauged"), ("state", "scheduled")))] == 1
