@@ -65,6 +65,8 @@ class Job:
     completed_in_transaction: bool = False
     #: its run was put off (``queue.snooze``): the worker records nothing more
     snoozed: bool = False
+    #: how often the job was snoozed before this run
+    snoozes: int = 0
 
     @contextlib.asynccontextmanager
     async def transaction(self, conn: asyncpg.Connection,
@@ -205,7 +207,7 @@ class Queue(QueueControl):
                       r["expires_at"], ttl, sent_at, policy.RenewalPolicy(ttl))
         return Job(r["id"], r["queue"], json.loads(r["payload"]), r["attempts"],
                    r["max_attempts"], r["fence"], r["dedupe_key"], r["ordering_key"],
-                   r["priority"], lease)
+                   r["priority"], lease, snoozes=r["snoozes"])
 
     async def complete(self, job: Job, result_ref: str | None = None, *,
                        connection: asyncpg.Connection | None = None) -> bool:

@@ -311,7 +311,7 @@ class Worker:
                 except Snooze as snooze:
                     if not job.snoozed:
                         still_ours(job)
-                        await self._snooze(job, snooze.seconds)
+                        await self._ends.snooze(job, snooze.seconds)
                 except Exception as exc:
                     if job.snoozed:
                         return  # snoozed by the handler: this run is over
@@ -341,18 +341,6 @@ class Worker:
             # recovered and run again (at-least-once; effects are fenced)
             log.warning("could not record the job's end", extra={
                 "queue": job.queue, "job": job.id, "error": type(exc).__name__})
-
-    async def _snooze(self, job: Job, seconds: float) -> None:
-        """The handler raised ``Snooze``: put the job off without spending an
-        attempt (refused under a lapsed or newer fence, or after a cancel)."""
-        if await self.queue.snooze(job, seconds):
-            log.info("job %s of queue %s snoozed for %.3g s", job.id, job.queue, seconds,
-                     extra={"queue": job.queue, "job": job.id, "fence": job.fence})
-        else:
-            log.warning("job %s of queue %s: its snooze under fence %s did not count (a "
-                        "newer claim, a lapsed lease, or a cancel)", job.id, job.queue,
-                        job.fence, extra={"queue": job.queue, "job": job.id,
-                                          "fence": job.fence})
 
     def _cancelled_by_us(self, job: Job) -> bool:
         """Whether a ``CancelledError`` out of the handler is the worker's:
@@ -396,3 +384,10 @@ class Worker:
             if pending:
                 await asyncio.wait(pending)
         await self._ends.close(max(0.0, deadline - loop.time()))
+        if self._checks:  # renewals asked for by cancels: short, but not left behind
+            _done, late = await asyncio.wait(set(self._checks),
+                                             timeout=max(0.0, deadline - loop.time()))
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)

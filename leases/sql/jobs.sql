@@ -22,10 +22,14 @@ SELECT id, dedupe_key FROM fencegate_jobs WHERE queue = $1 AND dedupe_key = ANY(
 
 -- name: find_unique
 -- The jobs holding the unique slots of keys $2 for periods $3 (as an
--- enqueue now would compute them): (id, unique_key).
+-- enqueue now would compute them): (id, unique_key). The slots are computed
+-- first (the function is volatile: in the join it would rule out the index).
+WITH s AS MATERIALIZED (
+    SELECT fencegate_unique_slot(k, f) AS slot FROM unnest($2::text[], $3::float8[]) AS t(k, f)
+)
 SELECT j.id, j.unique_key
-  FROM unnest($2::text[], $3::float8[]) AS t(k, f)
-  JOIN fencegate_jobs j ON j.queue = $1 AND j.unique_slot = fencegate_unique_slot(t.k, t.f)
+  FROM s
+  JOIN fencegate_jobs j ON j.queue = $1 AND j.unique_slot = s.slot
  WHERE j.state <> 'cancelled' AND (j.unique_for IS NOT NULL OR j.state <> 'completed');
 
 -- name: claim_jobs
@@ -68,7 +72,7 @@ WITH open AS (
       FROM leased
      WHERE j.id = leased.id  -- by primary key: joining on the resource text scanned the table
     RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
-              j.ordering_key, j.priority, j.run_at, leased.expires_at
+              j.ordering_key, j.priority, j.run_at, j.snoozes, leased.expires_at
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
@@ -77,7 +81,7 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 -- the seconds left on each lease by this database's clock: a worker whose
 -- claim got no answer (it may have committed) takes up what it claimed.
 SELECT j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
-       j.ordering_key, j.priority, j.run_at, l.expires_at,
+       j.ordering_key, j.priority, j.run_at, j.snoozes, l.expires_at,
        extract(epoch FROM l.expires_at - clock_timestamp())::float8 AS remaining
   FROM fencegate_jobs j
   JOIN fencegate_leases l ON l.resource = j.resource
