@@ -265,3 +265,37 @@ async def test_a_worker_killed_after_a_cancel_leaves_the_job_cancelled(
     assert target not in ran
     states = {r["id"]: r["state"] for r in await q.list()}
     assert states[target] == "cancelled"
+
+
+async def test_a_worker_without_listen_stops_a_cancelled_handler_at_its_next_renewal(
+    pool: asyncpg.Pool,
+) -> None:
+    """Behind PgBouncer in transaction mode there is no LISTEN: the cancel is
+    seen by the next renewal, refused, and the handler is cancelled the same
+    way; nothing is recorded."""
+    q = queue(pool)
+    job_id = await q.enqueue({})
+    started, ended = asyncio.Event(), asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.set()
+
+    class Deaf(Worker):
+        async def _listen(self) -> None:
+            return None
+
+    worker = Deaf(q, handler, ttl=1.5, poll_min=0.01, poll_max=0.05)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(started.wait(), GENEROUS_SECONDS)
+        assert (await q.cancel(job_id)).cancelled
+        await asyncio.wait_for(ended.wait(), GENEROUS_SECONDS)
+    finally:
+        worker.stop()
+        await task
+    [row] = await q.list()
+    assert (row["state"], row["attempts"], row["last_error"]) == ("cancelled", 1, None)

@@ -120,3 +120,38 @@ async def test_a_snooze_is_a_number_of_seconds(pool: asyncpg.Pool) -> None:
             await q.snooze(job, bad)
     with pytest.raises(InvalidArgument):
         Snooze(-5)
+
+
+async def test_a_handler_that_snoozes_through_the_queue_gets_nothing_more_recorded(
+    pool: asyncpg.Pool,
+) -> None:
+    """``await queue.snooze(job, s)`` inside a Worker's handler: whatever the
+    handler then returns or raises, the worker records nothing more for the
+    run (no completion, no failure spending an attempt)."""
+    q = queue(pool)
+    await q.enqueue({"raise": False})
+    await q.enqueue({"raise": True})
+    seen: list[int] = []
+
+    async def handler(job: Job) -> str:
+        seen.append(job.id)
+        assert await q.snooze(job, 3600)
+        if job.payload["raise"]:
+            raise RuntimeError("after the snooze")
+        return "ignored"
+
+    worker = Worker(q, handler, poll_min=0.01, poll_max=0.02)
+    task = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: len(seen) == 2, "both jobs ran")
+
+        async def both_snoozed() -> bool:
+            return (await q.stats()) == {"scheduled": 2}
+
+        await until(both_snoozed, "both jobs snoozed")
+    finally:
+        worker.stop()
+        await task
+    for row in await q.list():
+        assert (row["attempts"], row["snoozes"], row["last_error"], row["result_ref"]) == \
+            (0, 1, None, None)
