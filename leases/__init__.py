@@ -15,11 +15,13 @@ from .errors import (
 from .lease import Lease
 from .policy import RenewalPolicy
 from .queue import Job, NewJob, Queue
+from .queue_admin import Cancel, Snooze
 from .retry import RetryDecision, RetryPolicy
 from .worker import Worker
 
 __all__ = [
     "Busy",
+    "Cancel",
     "Database",
     "FenceRefused",
     "InvalidArgument",
@@ -36,6 +38,7 @@ __all__ = [
     "RetryPolicy",
     "SchemaError",
     "SchemaTooNew",
+    "Snooze",
     "Unavailable",
     "Worker",
 ]

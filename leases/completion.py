@@ -1,7 +1,8 @@
 """The end of a job's run, recorded inside its lease (``Worker``,
 leases/worker.py, runs the jobs): a result checked before it is stored, the
 completions of one turn in one statement (group commit, leases/batch.py), a
-failure spending an attempt, and nothing recorded under a lease known lost."""
+failure spending an attempt, a snooze giving it back, and nothing recorded
+under a lease known lost."""
 
 from __future__ import annotations
 
@@ -164,6 +165,25 @@ class Recorder:
             error_text(error), extra={
                 "queue": job.queue, "job": job.id, "fence": job.fence,
                 "owner": job.lease.owner, "attempt": job.attempts, "now": state})
+
+    async def snooze(self, job: Job, seconds: float) -> None:
+        """The handler raised ``Snooze``: put the job off without spending an
+        attempt (refused under a lapsed or newer fence, or after a cancel)."""
+        while True:
+            try:
+                snoozed = await self.queue.snooze(job, seconds)
+            except Busy:
+                await self._busy(job, "snooze")
+            else:
+                break
+        if snoozed:
+            log.info("job %s of queue %s snoozed for %.3g s", job.id, job.queue, seconds,
+                     extra={"queue": job.queue, "job": job.id, "fence": job.fence})
+        else:
+            log.warning("job %s of queue %s: its snooze under fence %s did not count (a "
+                        "newer claim, a lapsed lease, or a cancel)", job.id, job.queue,
+                        job.fence, extra={"queue": job.queue, "job": job.id,
+                                          "fence": job.fence})
 
     async def end(self, job: Job, result: object, handled: Callable[[], None]) -> None:
         """Complete the job with its result; a result that cannot be stored

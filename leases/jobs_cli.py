@@ -13,6 +13,7 @@ import asyncpg
 from . import formats, sql
 from .cli import emit, run_with_pool
 from .client import LeaseClient
+from .errors import InvalidArgument
 from .queue import NewJob, Queue, job_view
 
 _COLUMNS = ("id", "state", "attempts", "max_attempts", "priority", "run_at", "ordering_key",
@@ -55,23 +56,17 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
         data = [dict(r) for r in rows]
         emit(args, {"stats": data}, table(data, ("queue", "state", "jobs")))
         return 0
-    q = Queue(client, args.queue)
-    if verb == "enqueue":
-        try:
-            payload = json.loads(args.payload)
-        except ValueError:
-            print("fencegate: --payload must be JSON", file=sys.stderr)
-            return 2
-        run_at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=args.delay)
-                  if args.delay else None)
-        [done] = await q.enqueue_reporting([NewJob(
-            payload, dedupe_key=args.dedupe_key, ordering_key=args.ordering_key, run_at=run_at,
-            max_attempts=args.max_attempts, priority=args.priority)])
-        emit(args, {"id": done.id, "queue": args.queue, "deduplicated": done.deduplicated},
-             f"job {done.id} on {args.queue} was already there (dedupe key "
-             f"{args.dedupe_key!r}): nothing added" if done.deduplicated
-             else f"job {done.id} on {args.queue}")
+    if verb == "queues":
+        rows = [dict(r) for r in await pool.fetch(sql.query("list_queues"), None)]
+        for r in rows:
+            r["state"] = "paused" if r["paused_at"] is not None else "running"
+        emit(args, {"queues": rows}, table(rows, ("queue", "state", "paused_at")))
         return 0
+    q = Queue(client, args.queue)
+    if verb in ("cancel", "pause", "resume"):
+        return await _control(args, q)
+    if verb == "enqueue":
+        return await _enqueue(args, q)
     if verb in ("list", "dead"):
         rows = await q.list("dead" if verb == "dead" else args.state, args.limit)
         emit(args, rows, table(rows))
@@ -108,12 +103,67 @@ async def _replay_named(args: argparse.Namespace, pool: asyncpg.Pool, q: Queue) 
     return 0 if not skipped else 1
 
 
+async def _enqueue(args: argparse.Namespace, q: Queue) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except ValueError:
+        print("fencegate: --payload must be JSON", file=sys.stderr)
+        return 2
+    run_at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=args.delay)
+              if args.delay else None)
+    try:
+        [done] = await q.enqueue_reporting([NewJob(
+            payload, dedupe_key=args.dedupe_key, ordering_key=args.ordering_key,
+            run_at=run_at, max_attempts=args.max_attempts, priority=args.priority,
+            unique_key=args.unique_key, unique_for=args.unique_for)])
+    except InvalidArgument as exc:
+        print(f"fencegate: {exc}", file=sys.stderr)
+        return 2
+    key = (f"dedupe key {args.dedupe_key!r}" if args.dedupe_key
+           else f"unique key {args.unique_key!r}")
+    emit(args, {"id": done.id, "queue": q.name, "deduplicated": done.deduplicated},
+         f"job {done.id} on {q.name} was already there ({key}): nothing added"
+         if done.deduplicated else f"job {done.id} on {q.name}")
+    return 0
+
+
+async def _control(args: argparse.Namespace, q: Queue) -> int:
+    """cancel, pause, resume: what was done, and of each job not cancelled why."""
+    if args.verb == "pause":
+        since = await q.pause()
+        emit(args, {"queue": q.name, "paused_at": since},
+             f"queue {q.name} paused (since {formats.text(since)}): no job is claimed "
+             f"until `fencegate jobs resume {q.name}`; jobs running finish")
+        return 0
+    if args.verb == "resume":
+        was = await q.resume()
+        emit(args, {"queue": q.name, "resumed": was},
+             f"queue {q.name} resumed" if was else f"queue {q.name} was not paused")
+        return 0
+    done = await q.cancel_many(args.ids)
+    lines = []
+    for c in done:
+        if c.cancelled:
+            lines.append(f"job {c.id}: cancelled (it was {c.was}"
+                         + ("; its lease ended, its worker stops it" if c.was == "claimed"
+                            else "") + ")")
+        elif c.was == "missing":
+            lines.append(f"job {c.id}: not cancelled: no such job on queue {q.name!r}")
+        else:
+            lines.append(f"job {c.id}: not cancelled: it is {c.was} already")
+    emit(args, {"cancelled": [c.id for c in done if c.cancelled],
+                "not_cancelled": {str(c.id): c.was for c in done if not c.cancelled},
+                "was": {str(c.id): c.was for c in done}}, "\n".join(lines))
+    return 0 if all(c.cancelled for c in done) else 1
+
+
 def _main(args: argparse.Namespace) -> int:
     return run_with_pool(lambda pool: _run(args, pool))
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    jobs = sub.add_parser("jobs", help="work queue: enqueue, list, show, stats, dead, replay")
+    jobs = sub.add_parser("jobs", help="work queue: enqueue, list, show, stats, dead, replay, "
+                          "cancel, pause, resume, queues")
     verbs = jobs.add_subparsers(dest="verb", required=True)
     p = verbs.add_parser("enqueue", help="add a job")
     p.add_argument("queue", help="the queue's name")
@@ -127,9 +177,14 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    "(default 5)")
     p.add_argument("--priority", type=int, default=0,
                    help="higher runs first (default 0)")
+    p.add_argument("--unique-key", help="at most one job holds the key: while it is not "
+                   "finished, or with --unique-for for a window; a repeat meanwhile returns "
+                   "the holder's id and adds nothing")
+    p.add_argument("--unique-for", type=float, metavar="SECONDS",
+                   help="the window of --unique-key (aligned on the epoch)")
     p = verbs.add_parser("list", help="a queue's jobs")
     p.add_argument("queue", help="the queue's name")
-    p.add_argument("--state", choices=["queued", "claimed", "completed", "dead"],
+    p.add_argument("--state", choices=["queued", "claimed", "completed", "dead", "cancelled"],
                    help="only jobs in this state")
     p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     p = verbs.add_parser("dead", help="a queue's dead jobs, with their last error")
@@ -142,6 +197,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = verbs.add_parser("replay", help="dead jobs back to the queue, attempts reset")
     p.add_argument("queue", help="the queue's name")
     p.add_argument("ids", type=int, nargs="*", help="job ids (default: every dead job)")
+    p = verbs.add_parser("cancel", help="cancel jobs: a queued one never runs, a running "
+                         "one's lease ends and its handler is stopped; final (no replay)")
+    p.add_argument("queue", help="the queue's name")
+    p.add_argument("ids", type=int, nargs="+", help="job ids")
+    p = verbs.add_parser("pause", help="stop claiming from a queue (running jobs finish)")
+    p.add_argument("queue", help="the queue's name")
+    p = verbs.add_parser("resume", help="claim from a paused queue again")
+    p.add_argument("queue", help="the queue's name")
+    verbs.add_parser("queues", help="every queue, running or paused")
     for v in verbs.choices.values():
         v.add_argument("--json", action="store_true", help="print JSON")
         v.set_defaults(func=_main)

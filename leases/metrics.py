@@ -25,7 +25,7 @@ AWAITING_PURGE = Gauge(
 CLAIM_RESULTS = ("won", "held")
 RENEWAL_RESULTS = ("ok", "lost")
 JOB_EVENTS = ("enqueued", "deduplicated", "claimed", "completed", "retried", "dead",
-              "replayed")
+              "replayed", "cancelled", "snoozed")
 
 
 def start_at_zero(queues: Iterable[str] = ()) -> None:

@@ -20,11 +20,13 @@ once every ``max_age`` seconds however often and however many scrapers ask:
   ``scheduled`` (due later), ``claimed`` and ``dead``;
 - ``fencegate_queue_oldest_runnable_age_seconds{queue}``: how long the oldest
   due job has waited (0: none is due);
+- ``fencegate_queue_paused{queue}``: 1 while the queue is paused
+  (``fencegate jobs pause``), else 0;
 - ``fencegate_database_up``: 1 if the last read of the database answered in
   time, else 0.
 
-Completed jobs are not counted (they only grow); their rate is
-``fencegate_jobs_total{event="completed"}``.
+Completed and cancelled jobs are not counted (they only grow); their rates
+are ``fencegate_jobs_total{event="completed"}`` and ``{event="cancelled"}``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class QueueDepth:
 
     jobs: dict[str, int]
     oldest_runnable_seconds: float
+    paused: bool = False
 
 
 class QueueCollector:
@@ -137,6 +140,12 @@ class QueueCollector:
             oldest.add_metric([queue], depth.oldest_runnable_seconds)
         yield jobs
         yield oldest
+        paused = GaugeMetricFamily("fencegate_queue_paused",
+                                   "1 while the queue is paused (no job is claimed), else 0.",
+                                   labels=["queue"])
+        for queue in shown:
+            paused.add_metric([queue], 1 if self.depths.get(queue, empty).paused else 0)
+        yield paused
         yield GaugeMetricFamily("fencegate_database_up",
                                 "1 if the database answered the last read in time, else 0.",
                                 value=1 if self.database_up else 0)
@@ -146,11 +155,17 @@ def depths_of(rows: Iterable[asyncpg.Record]) -> dict[str, QueueDepth]:
     """``queue_depths`` rows as one ``QueueDepth`` per queue (pure)."""
     jobs: dict[str, dict[str, int]] = {}
     oldest: dict[str, float] = {}
+    paused: set[str] = set()
     for r in rows:
+        if r["state"] == "paused":  # not a job state: the queue's own
+            paused.add(r["queue"])
+            jobs.setdefault(r["queue"], {})
+            continue
         jobs.setdefault(r["queue"], {})[r["state"]] = int(r["jobs"])
         if r["state"] == "queued":
             oldest[r["queue"]] = max(0.0, float(r["oldest_seconds"]))
-    return {q: QueueDepth(by_state, oldest.get(q, 0.0)) for q, by_state in jobs.items()}
+    return {q: QueueDepth(by_state, oldest.get(q, 0.0), q in paused)
+            for q, by_state in jobs.items()}
 
 
 def exposition(collector: QueueCollector | None,

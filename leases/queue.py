@@ -19,10 +19,14 @@ from typing import Any, Literal
 import asyncpg
 
 from . import clock, fenced, policy
+from . import enqueue as enqueuing
 from .client import LeaseClient
+from .enqueue import Enqueued as Enqueued
+from .enqueue import NewJob as NewJob
 from .errors import InvalidArgument
 from .lease import Lease
 from .metrics import AWAITING_PURGE, JOBS
+from .queue_admin import QueueControl
 from .retry import RetryPolicy, sanitize_error
 
 log = logging.getLogger("fencegate.queue")
@@ -39,19 +43,7 @@ PURGE_BATCH = 1000
 
 #: the states of a job (docs/leases.md, "A job's states"); `scheduled`, in
 #: counts, is a `queued` job not yet due
-JobState = Literal["queued", "claimed", "completed", "dead"]
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """One job to enqueue."""
-
-    payload: Any
-    dedupe_key: str | None = None
-    ordering_key: str | None = None
-    run_at: dt.datetime | None = None
-    max_attempts: int | None = None
-    priority: int = 0
+JobState = Literal["queued", "claimed", "completed", "dead", "cancelled"]
 
 
 @dataclass
@@ -71,6 +63,10 @@ class Job:
     #: its completion was written in a caller's transaction (``complete(job,
     #: connection=)``): the worker does not complete it again
     completed_in_transaction: bool = False
+    #: its run was put off (``queue.snooze``): the worker records nothing more
+    snoozed: bool = False
+    #: how often the job was snoozed before this run
+    snoozes: int = 0
 
     @contextlib.asynccontextmanager
     async def transaction(self, conn: asyncpg.Connection,
@@ -92,15 +88,6 @@ class Job:
         """The job's lease resource, ``job:<queue>:<id>``: the gateway checks
         the job's fence on it like any lease's."""
         return job_resource(self.queue, self.id)
-
-
-@dataclass(frozen=True)
-class Enqueued:
-    """What an enqueue did: the job's id, and whether it was there already
-    (the same dedupe key), in which case nothing was added."""
-
-    id: int
-    deduplicated: bool
 
 
 def error_text(error: BaseException | str) -> str:
@@ -128,7 +115,7 @@ def check_queue(name: str) -> str:
     return name
 
 
-class Queue:
+class Queue(QueueControl):
     """One named queue on a ``LeaseClient``'s database."""
 
     def __init__(
@@ -155,13 +142,17 @@ class Queue:
     async def enqueue(self, payload: Any, *, dedupe_key: str | None = None,
                       ordering_key: str | None = None, run_at: dt.datetime | None = None,
                       max_attempts: int | None = None, priority: int = 0,
+                      unique_key: str | None = None, unique_for: float | None = None,
                       connection: asyncpg.Connection | None = None) -> int:
         """Add one job; its id. The same ``dedupe_key`` again answers the first
-        job's id and adds nothing. With ``connection`` (the caller's, in its
+        job's id and adds nothing; so does a ``unique_key`` held by another
+        job (for ``unique_for`` seconds, or while that job is not finished:
+        ``NewJob``). With ``connection`` (the caller's, in its
         transaction), the job exists only if that transaction commits: the
         outbox, the business row and its job together or neither."""
         [job_id] = await self.enqueue_many([NewJob(payload, dedupe_key, ordering_key, run_at,
-                                                   max_attempts, priority)],
+                                                   max_attempts, priority, unique_key,
+                                                   unique_for)],
                                            connection=connection)
         return job_id
 
@@ -174,37 +165,10 @@ class Queue:
     async def enqueue_reporting(self, jobs: Sequence[NewJob], *,
                                 connection: asyncpg.Connection | None = None,
                                 ) -> list[Enqueued]:
-        """``enqueue_many``, saying of each job whether it was deduplicated."""
-        if not jobs:
-            return []
-        keys = [j.dedupe_key for j in jobs if j.dedupe_key is not None]
-        if len(set(keys)) != len(keys):
-            raise InvalidArgument("a batch must not repeat a dedupe_key")
-        for j in jobs:
-            if j.max_attempts is not None and j.max_attempts < 1:
-                raise InvalidArgument("max_attempts must be at least 1")
-        rows = await self.client.fetch("enqueue_jobs", self.name,
-            [json.dumps(j.payload) for j in jobs], [j.dedupe_key for j in jobs],
-            [j.ordering_key for j in jobs], [j.run_at for j in jobs],
-            [j.max_attempts or self.retry.max_attempts for j in jobs],
-            [j.priority for j in jobs], connection=connection,
-        )
-        inserted = [r["id"] for r in rows]
-        by_key = {r["dedupe_key"]: r["id"] for r in rows if r["dedupe_key"] is not None}
-        missing = [k for k in keys if k not in by_key]
-        if missing:  # deduplicated: the first job's id, read in a fresh snapshot
-            found = await self.client.fetch("find_deduplicated", self.name, missing,
-                                            connection=connection)
-            by_key.update({r["dedupe_key"]: r["id"] for r in found})
-        # rows come back in insertion order, which is the order given
-        plain = iter(r["id"] for r in rows if r["dedupe_key"] is None)
-        old = set(missing)
-        done = [Enqueued(by_key[j.dedupe_key], j.dedupe_key in old) if j.dedupe_key is not None
-                else Enqueued(next(plain), False) for j in jobs]
-        JOBS.labels(queue=self.name, event="enqueued").inc(len(inserted))
-        if missing:
-            JOBS.labels(queue=self.name, event="deduplicated").inc(len(missing))
-        return done
+        """``enqueue_many``, saying of each job whether it was deduplicated
+        (by its dedupe key, or its unique key held: leases/enqueue.py)."""
+        return await enqueuing.enqueue(self.client, self.name, jobs, self.retry.max_attempts,
+                                     connection)
 
     async def claim(self, owner: str | None = None, *, limit: int = 1,
                     ttl: float = 30.0) -> list[Job]:
@@ -243,7 +207,7 @@ class Queue:
                       r["expires_at"], ttl, sent_at, policy.RenewalPolicy(ttl))
         return Job(r["id"], r["queue"], json.loads(r["payload"]), r["attempts"],
                    r["max_attempts"], r["fence"], r["dedupe_key"], r["ordering_key"],
-                   r["priority"], lease)
+                   r["priority"], lease, snoozes=r["snoozes"])
 
     async def complete(self, job: Job, result_ref: str | None = None, *,
                        connection: asyncpg.Connection | None = None) -> bool:

@@ -21,6 +21,7 @@ from . import database, observe, policy
 from .completion import Recorder, still_ours
 from .errors import Busy, LeaseLost, Unavailable
 from .queue import Job, Queue
+from .queue_admin import Snooze
 
 log = logging.getLogger("fencegate.worker")
 
@@ -33,6 +34,8 @@ DEFAULT_POLL_MAX_SECONDS = 2.0
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_BACKSTOP_SECONDS = 10.0
 LISTEN_TIMEOUT_SECONDS = 5.0
+#: where a cancel of a claimed job is announced (fencegate_cancel_jobs)
+CANCEL_CHANNEL = "fencegate_jobs_cancelled"
 #: finished jobs past the queue's retention are purged this often
 DEFAULT_PURGE_INTERVAL_SECONDS = 600.0
 #: ":" and 8 hex digits: each claim's owner is the worker's with a part of its own
@@ -88,6 +91,10 @@ class Worker:
         #: no longer takes one. (Not the job id: a job that failed can be
         #: claimed again, and run again, before its first run has ended.)
         self._handling: set[object] = set()
+        #: each run's job, by its slot: a cancel announced for its resource
+        #: makes its lease check at once
+        self._jobs: dict[object, Job] = {}
+        self._checks: set[asyncio.Task[None]] = set()
         self._slot_free = asyncio.Event()
         #: set after every backstop pass (a test hook)
         self.backstop_passed = asyncio.Event()
@@ -171,6 +178,7 @@ class Worker:
             for job in jobs:
                 slot = object()
                 self._handling.add(slot)
+                self._jobs[slot] = job
                 task = asyncio.get_running_loop().create_task(self._process(job, slot))
                 self._running.add(task)
                 task.add_done_callback(self._done)
@@ -214,6 +222,9 @@ class Worker:
             if queue == self.queue.name:
                 self._jobs_arrived.set()
 
+        def cancelled(conn: object, pid: int, channel: str, resource: str) -> None:
+            self._cancelled(resource)
+
         try:
             async with database.answered(LISTEN_TIMEOUT_SECONDS):
                 pool = await self.queue.client.connect()
@@ -225,6 +236,7 @@ class Worker:
         try:
             async with database.answered(LISTEN_TIMEOUT_SECONDS):
                 await conn.add_listener("fencegate_jobs", arrived)
+                await conn.add_listener(CANCEL_CHANNEL, cancelled)
         except (Unavailable, asyncpg.PostgresError):
             await pool.release(conn)
             return None
@@ -232,10 +244,26 @@ class Worker:
         async def stop() -> None:
             try:
                 await conn.remove_listener("fencegate_jobs", arrived)
+                await conn.remove_listener(CANCEL_CHANNEL, cancelled)
             finally:
                 await pool.release(conn)
 
         return stop
+
+    def _cancelled(self, resource: str) -> None:
+        """A job was cancelled: if this worker runs it, renew its lease now
+        rather than at the next renewal. The renewal is refused (the cancel
+        ended the lease), so the lease enters lost-ownership mode and cancels
+        the handler. Without LISTEN, the next scheduled renewal does the same."""
+        for job in list(self._jobs.values()):
+            if job.lease.resource == resource and job.lease.lost is None:
+                task = asyncio.get_running_loop().create_task(self._check(job))
+                self._checks.add(task)
+                task.add_done_callback(self._checks.discard)
+
+    async def _check(self, job: Job) -> None:
+        with contextlib.suppress(LeaseLost, Unavailable, Busy, asyncpg.PostgresError):
+            await job.lease.renew()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
@@ -272,6 +300,7 @@ class Worker:
                           job.queue, extra={"queue": job.queue, "job": job.id,
                                             "fence": job.fence})
         finally:
+            self._jobs.pop(slot, None)
             self._handled(slot)
 
     async def _run_job(self, job: Job, slot: object) -> None:
@@ -279,7 +308,13 @@ class Worker:
             async with job.lease:
                 try:
                     result = await self.handler(job)
+                except Snooze as snooze:
+                    if not job.snoozed:
+                        still_ours(job)
+                        await self._ends.snooze(job, snooze.seconds)
                 except Exception as exc:
+                    if job.snoozed:
+                        return  # snoozed by the handler: this run is over
                     still_ours(job)
                     await self._ends.failure(job, exc)
                 except asyncio.CancelledError as exc:
@@ -289,8 +324,8 @@ class Worker:
                     # cancelled): a failed attempt like any other error
                     await self._ends.failure(job, exc)
                 else:
-                    if job.completed_in_transaction:
-                        return  # the handler completed it in its own transaction
+                    if job.completed_in_transaction or job.snoozed:
+                        return  # completed in its own transaction, or snoozed
                     still_ours(job)
                     await self._ends.end(job, result, lambda: self._handled(slot))
         except LeaseLost as lost:
@@ -349,3 +384,10 @@ class Worker:
             if pending:
                 await asyncio.wait(pending)
         await self._ends.close(max(0.0, deadline - loop.time()))
+        if self._checks:  # renewals asked for by cancels: short, but not left behind
+            _done, late = await asyncio.wait(set(self._checks),
+                                             timeout=max(0.0, deadline - loop.time()))
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)

@@ -37,7 +37,7 @@ MAX_PAGE = 1000
 MAX_CACHED = 200
 #: the effect states, in the order the console lists them
 EFFECT_STATES: tuple[EffectState, ...] = ("succeeded", "failed", "unknown", "in_flight")
-JOB_STATES = ("queued", "claimed", "completed", "dead")
+JOB_STATES = ("queued", "claimed", "completed", "dead", "cancelled")
 REASONS = tuple(sorted(FENCE_REFUSALS))
 #: a worker acting under a lease it held once and lost; the other reasons
 #: (no_lease, invalid_fence) are fences no claim issued: a bug or a forgery
@@ -285,6 +285,8 @@ async def rejections(db: Database, query: Mapping[str, str]) -> dict[str, Any]:
 async def queues(db: Database, query: Mapping[str, str]) -> dict[str, Any]:
     depths: dict[str, dict[str, int]] = {}
     for r in await db.fetch("queue_depths"):
+        if r["state"] == "paused":  # the queue's own state, not its jobs'
+            continue
         depths.setdefault(r["queue"], {})[r["state"]] = r["jobs"]
     oldest = {r["queue"]: dict(r) for r in await db.fetch("oldest_runnable_jobs")}
     state = _choice(query, "state", JOB_STATES) or "dead"

@@ -3,18 +3,34 @@
 -- All times come from clock_timestamp(): now() is frozen at transaction start.
 
 -- name: enqueue_jobs
--- Batch enqueue; rows whose (queue, dedupe_key) exists already are skipped
--- (the caller looks their ids up with find_deduplicated, in a new snapshot).
+-- Batch enqueue; rows whose (queue, dedupe_key) exists already, or whose
+-- unique slot is held ($8 keys, $9 periods: fencegate_jobs_unique), are
+-- skipped in this same statement, racing enqueuers included (the caller looks
+-- their ids up with find_deduplicated and find_unique, in a new snapshot).
 INSERT INTO fencegate_jobs (queue, payload, dedupe_key, ordering_key, run_at, max_attempts,
-                            priority)
-SELECT $1, p, d, o, coalesce(r, clock_timestamp()), m, pr
-  FROM unnest($2::jsonb[], $3::text[], $4::text[], $5::timestamptz[], $6::int[], $7::int[])
-       AS t(p, d, o, r, m, pr)
-ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-RETURNING id, dedupe_key;
+                            priority, unique_key, unique_for, unique_slot)
+SELECT $1, p, d, o, coalesce(r, clock_timestamp()), m, pr, uk, uf,
+       fencegate_unique_slot(uk, uf)
+  FROM unnest($2::jsonb[], $3::text[], $4::text[], $5::timestamptz[], $6::int[], $7::int[],
+              $8::text[], $9::float8[])
+       AS t(p, d, o, r, m, pr, uk, uf)
+ON CONFLICT DO NOTHING
+RETURNING id, dedupe_key, unique_key;
 
 -- name: find_deduplicated
 SELECT id, dedupe_key FROM fencegate_jobs WHERE queue = $1 AND dedupe_key = ANY($2::text[]);
+
+-- name: find_unique
+-- The jobs holding the unique slots of keys $2 for periods $3 (as an
+-- enqueue now would compute them): (id, unique_key). The slots are computed
+-- first (the function is volatile: in the join it would rule out the index).
+WITH s AS MATERIALIZED (
+    SELECT fencegate_unique_slot(k, f) AS slot FROM unnest($2::text[], $3::float8[]) AS t(k, f)
+)
+SELECT j.id, j.unique_key
+  FROM s
+  JOIN fencegate_jobs j ON j.queue = $1 AND j.unique_slot = s.slot
+ WHERE j.state <> 'cancelled' AND (j.unique_for IS NOT NULL OR j.state <> 'completed');
 
 -- name: claim_jobs
 -- Up to $3 runnable jobs, each leased as job:<queue>:<id> with a new fence.
@@ -22,18 +38,26 @@ SELECT id, dedupe_key FROM fencegate_jobs WHERE queue = $1 AND dedupe_key = ANY(
 -- (no earlier job of that key is queued or claimed). SKIP LOCKED lets
 -- claimers pass each other; the lease upsert repeats the lease rules (and the
 -- drain barrier), so a job whose previous holder still has an effect in
--- flight stays queued.
-WITH picked AS (
+-- flight stays queued. A paused queue claims nothing: its row in
+-- fencegate_queues is locked FOR SHARE, which a pause waits for and a claim
+-- behind a pause rechecks (fencegate_queues, schema.sql).
+WITH open AS (
+    SELECT q.queue FROM fencegate_queues q
+     WHERE q.queue = $1 AND q.paused_at IS NULL
+       FOR SHARE
+), picked AS (
     SELECT j.id, j.resource
       FROM fencegate_jobs j
-     WHERE j.queue = $1 AND j.state = 'queued' AND j.run_at <= clock_timestamp()
+     -- EXISTS: a one-time gate, locked and checked before any job is read
+     WHERE EXISTS (SELECT 1 FROM open)
+       AND j.queue = $1 AND j.state = 'queued' AND j.run_at <= clock_timestamp()
        AND (j.ordering_key IS NULL OR NOT EXISTS (
                SELECT 1 FROM fencegate_jobs o
                 WHERE o.queue = j.queue AND o.ordering_key = j.ordering_key
                   AND o.state IN ('queued', 'claimed') AND o.id < j.id))
      ORDER BY j.priority DESC, j.run_at, j.id
      LIMIT $3
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF j SKIP LOCKED
 ), leased AS (
     -- the lease upsert of claim_lease, without the same-owner rule: a job is
     -- claimed again only once its previous lease has expired
@@ -48,7 +72,7 @@ WITH picked AS (
       FROM leased
      WHERE j.id = leased.id  -- by primary key: joining on the resource text scanned the table
     RETURNING j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
-              j.ordering_key, j.priority, j.run_at, leased.expires_at
+              j.ordering_key, j.priority, j.run_at, j.snoozes, leased.expires_at
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
@@ -57,7 +81,7 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 -- the seconds left on each lease by this database's clock: a worker whose
 -- claim got no answer (it may have committed) takes up what it claimed.
 SELECT j.id, j.queue, j.payload, j.attempts, j.max_attempts, j.fence, j.dedupe_key,
-       j.ordering_key, j.priority, j.run_at, l.expires_at,
+       j.ordering_key, j.priority, j.run_at, j.snoozes, l.expires_at,
        extract(epoch FROM l.expires_at - clock_timestamp())::float8 AS remaining
   FROM fencegate_jobs j
   JOIN fencegate_leases l ON l.resource = j.resource
@@ -136,8 +160,62 @@ UPDATE fencegate_jobs j
  WHERE j.id = locked.id AND j.state = 'claimed' AND j.fence = locked.fence
 RETURNING j.id, j.queue, j.state, j.fence, j.claimed_by;
 
+-- name: snooze_job
+-- Put a claimed job off for $3 seconds from inside its handler, without
+-- spending the attempt its claim counted ($1 id, $2 fence). Fenced as
+-- complete_job: only while the fence is current and the lease live; ends the
+-- lease. A snoozed job keeps its place in its ordering key. (One job: its
+-- row, then its lease row, the one order.)
+WITH snoozed AS (
+    UPDATE fencegate_jobs j
+       SET state = 'queued', attempts = j.attempts - 1, snoozes = j.snoozes + 1,
+           run_at = clock_timestamp() + make_interval(secs => $3::float8)
+      FROM fencegate_leases l
+     WHERE j.id = $1 AND j.state = 'claimed' AND j.fence = $2
+       AND l.resource = j.resource AND l.fence = $2
+       AND l.expires_at > clock_timestamp()
+    RETURNING j.id, j.resource, j.run_at
+), ended AS (
+    UPDATE fencegate_leases SET expires_at = clock_timestamp()
+     WHERE resource = (SELECT resource FROM snoozed)
+       AND fence = $2 AND expires_at > clock_timestamp()
+)
+SELECT run_at FROM snoozed;
+
+-- name: cancel_jobs
+-- (job_id, was) of each job of queue $1 among $2 that was cancelled
+-- (fencegate_cancel_jobs, schema.sql)
+SELECT job_id AS id, was FROM fencegate_cancel_jobs($1, $2::bigint[]);
+
+-- name: job_states
+-- (id, queue, state) of the jobs $1, for what a cancel left alone
+SELECT id, queue, state FROM fencegate_jobs WHERE id = ANY($1::bigint[]);
+
+-- name: pause_queue
+-- Pause queue $1: no claim of it commits once this has (fencegate_queues).
+-- Answers since when it is paused (a queue paused already stays as it was).
+INSERT INTO fencegate_queues AS q (queue, paused_at) VALUES ($1, clock_timestamp())
+ON CONFLICT (queue) DO UPDATE SET paused_at = coalesce(q.paused_at, clock_timestamp())
+RETURNING paused_at;
+
+-- name: resume_queue
+-- Resume queue $1 and wake its idle workers: true if it was paused.
+WITH resumed AS (
+    UPDATE fencegate_queues SET paused_at = NULL
+     WHERE queue = $1 AND paused_at IS NOT NULL
+    RETURNING queue
+)
+SELECT count(pg_notify('fencegate_jobs', queue)) > 0 FROM resumed;
+
+-- name: list_queues
+-- Every queue known (one with jobs, or paused), with since when it is paused
+SELECT queue, paused_at, created_at FROM fencegate_queues
+ WHERE $1::text IS NULL OR queue = $1
+ ORDER BY queue;
+
 -- name: replay_jobs
--- Dead jobs back to the queue with their attempts reset.
+-- Dead jobs back to the queue with their attempts reset. (Cancelled jobs are
+-- not dead: a cancel is final, and is never replayed.)
 UPDATE fencegate_jobs
    SET state = 'queued', attempts = 0, run_at = clock_timestamp(), finished_at = NULL
  WHERE queue = $1 AND state = 'dead' AND ($2::bigint[] IS NULL OR id = ANY($2))
@@ -149,13 +227,13 @@ RETURNING id;
 -- name: show_job
 SELECT id, queue, payload, state, priority, run_at, dedupe_key, ordering_key, attempts,
        max_attempts, fence, claimed_by, claimed_at, finished_at, result_ref, last_error,
-       created_at
+       created_at, snoozes, unique_key, unique_for
   FROM fencegate_jobs WHERE id = $1;
 
 -- name: list_jobs
 SELECT id, queue, payload, state, priority, run_at, dedupe_key, ordering_key, attempts,
        max_attempts, fence, claimed_by, claimed_at, finished_at, result_ref, last_error,
-       created_at
+       created_at, snoozes, unique_key, unique_for
   FROM fencegate_jobs
  WHERE queue = $1 AND ($2::text IS NULL OR state = $2)
  ORDER BY id
@@ -179,7 +257,7 @@ SELECT queue,
 SELECT done AS id FROM fencegate_complete_jobs($1::bigint[], $2::bigint[], $3::text[]) AS done;
 
 -- name: purge_jobs
--- Up to $2 jobs of queue $3 completed or dead for longer than $1 seconds,
+-- Up to $2 jobs of queue $3 completed, dead or cancelled for longer than $1 seconds,
 -- oldest first, with their leases. Deleting job:<queue>:<id> cannot let a
 -- fence go back: a job id is never reused (an identity column), so the queue
 -- never claims that resource again, and any claim of it from elsewhere gets a
@@ -190,7 +268,7 @@ SELECT done AS id FROM fencegate_complete_jobs($1::bigint[], $2::bigint[], $3::t
 -- waited for (a claim of the resource committing during the purge).
 WITH old AS (
     SELECT id, resource FROM fencegate_jobs
-     WHERE state IN ('completed', 'dead') AND queue = $3
+     WHERE state IN ('completed', 'dead', 'cancelled') AND queue = $3
        AND finished_at < clock_timestamp() - make_interval(secs => $1::float8)
      ORDER BY finished_at
      LIMIT $2
@@ -212,13 +290,13 @@ DELETE FROM fencegate_jobs j
 -- name: jobs_awaiting_purge
 -- every queue's: what the fencegate_rows_awaiting_purge gauge shows
 SELECT count(*) FROM fencegate_jobs
- WHERE state IN ('completed', 'dead')
+ WHERE state IN ('completed', 'dead', 'cancelled')
    AND finished_at < clock_timestamp() - make_interval(secs => $1::float8);
 
 -- name: queue_depths
 -- Every queue's depth by state, for the metrics collector (leases/observe.py):
 -- one statement per scrape, over the partial indexes on the open states.
--- Completed jobs are left out (they only grow). For `queued` (due now),
+-- Completed and cancelled jobs are left out (they only grow). For `queued` (due now),
 -- oldest_seconds is how long the oldest due job has waited.
 SELECT queue,
        CASE WHEN state = 'queued' AND run_at > clock_timestamp() THEN 'scheduled'
@@ -227,7 +305,10 @@ SELECT queue,
        extract(epoch FROM clock_timestamp() - min(run_at))::float8 AS oldest_seconds
   FROM fencegate_jobs
  WHERE state IN ('queued', 'claimed', 'dead')
- GROUP BY 1, 2;
+ GROUP BY 1, 2
+ UNION ALL
+-- and a row in state `paused` for each paused queue (fencegate_queue_paused)
+SELECT queue, 'paused', 1, 0 FROM fencegate_queues WHERE paused_at IS NOT NULL;
 
 -- name: oldest_runnable_jobs
 -- For the operators' console: each queue's oldest due job.

@@ -1046,13 +1046,16 @@ CREATE INDEX fencegate_resolutions_at ON fencegate_resolutions (resolved_at);
 
 -- The work queue. A claimed job is a lease on `job:<queue>:<id>` in
 -- fencegate_leases; `fence` here is the fence of the job's current (or last)
--- claim, so complete and fail can be conditioned on it.
+-- claim, so complete and fail can be conditioned on it. States
+-- (docs/leases.md): queued (`scheduled` while not yet due), claimed, and the
+-- final ones completed, dead (replayable) and cancelled (an operator's final
+-- word: never run, never retried, never replayed).
 CREATE TABLE fencegate_jobs (
     id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue         text        NOT NULL CHECK (queue ~ '^[A-Za-z0-9._-]{1,100}$'),
     payload       jsonb       NOT NULL,
     state         text        NOT NULL DEFAULT 'queued'
-                  CHECK (state IN ('queued', 'claimed', 'completed', 'dead')),
+                  CHECK (state IN ('queued', 'claimed', 'completed', 'dead', 'cancelled')),
     priority      integer     NOT NULL DEFAULT 0,
     run_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     dedupe_key    text        CHECK (length(dedupe_key) BETWEEN 1 AND 255),
@@ -1066,18 +1069,36 @@ CREATE TABLE fencegate_jobs (
     result_ref    text,
     last_error    text,
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- runs put off from inside the handler (snooze): each gave its attempt back
+    snoozes       integer     NOT NULL DEFAULT 0 CHECK (snoozes >= 0),
+    -- uniqueness for a window (fencegate_unique_slot): the caller's key, the
+    -- period in seconds (NULL: while the job is not finished), and the slot
+    -- the unique index holds
+    unique_key    text        CHECK (length(unique_key) BETWEEN 1 AND 255),
+    unique_for    double precision CHECK (unique_for > 0),
+    unique_slot   text,
     -- the resource of the job's lease in fencegate_leases
     resource      text        NOT NULL
                   GENERATED ALWAYS AS ('job:' || queue || ':' || id::text) STORED,
     CONSTRAINT claimed_has_fence CHECK (state <> 'claimed' OR (fence IS NOT NULL
                                                                AND claimed_by IS NOT NULL)),
     CONSTRAINT finished_at_iff_finished
-        CHECK ((state IN ('completed', 'dead')) = (finished_at IS NOT NULL))
+        CHECK ((state IN ('completed', 'dead', 'cancelled')) = (finished_at IS NOT NULL)),
+    CONSTRAINT unique_slot_iff_key CHECK ((unique_key IS NULL) = (unique_slot IS NULL))
 );
 
 -- one job per (queue, dedupe_key), whatever its state: enqueue is idempotent
 CREATE UNIQUE INDEX fencegate_jobs_dedupe ON fencegate_jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL;
+-- one job per (queue, unique slot) among the jobs that hold it: for a period,
+-- every job of the slot but a cancelled one; while not finished, the queued,
+-- claimed and dead ones (a dead job awaits its replay). No change of state
+-- ever enters this set (replay goes dead -> queued, both in it); leaving it
+-- (completed, cancelled) frees the key. So only an insert can collide, and
+-- the insert's ON CONFLICT takes that as "already there".
+CREATE UNIQUE INDEX fencegate_jobs_unique ON fencegate_jobs (queue, unique_slot)
+    WHERE unique_slot IS NOT NULL AND state <> 'cancelled'
+      AND (unique_for IS NOT NULL OR state <> 'completed');
 -- what claimers scan
 CREATE INDEX fencegate_jobs_runnable ON fencegate_jobs (queue, priority DESC, run_at, id)
     WHERE state = 'queued';
@@ -1090,7 +1111,32 @@ CREATE INDEX fencegate_jobs_dead ON fencegate_jobs (queue, id) WHERE state = 'de
 
 -- finished jobs past retention are purged oldest first
 CREATE INDEX fencegate_jobs_finished ON fencegate_jobs (finished_at)
-    WHERE state IN ('completed', 'dead');
+    WHERE state IN ('completed', 'dead', 'cancelled');
+
+-- One row per queue that has had a job (fencegate_jobs_notify makes it) or
+-- was paused. A claim locks its queue's row FOR SHARE and claims only while
+-- paused_at is NULL; pausing updates the row, so it waits for the claims in
+-- flight to commit, and a claim that waited for the pause reads the newest
+-- row (READ COMMITTED rechecks a locked row): once a pause has committed, no
+-- claim of that queue commits.
+CREATE TABLE fencegate_queues (
+    queue       text        PRIMARY KEY CHECK (queue ~ '^[A-Za-z0-9._-]{1,100}$'),
+    paused_at   timestamptz,
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- The unique slot of a job enqueued now with key p_key for p_for seconds:
+-- the key and the period's window, aligned on the epoch by the database
+-- clock (as River's ByPeriod), or for p_for NULL the key alone (held while
+-- the job is not finished). NULL without a key.
+CREATE FUNCTION fencegate_unique_slot(p_key text, p_for double precision) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_key IS NULL THEN NULL
+                WHEN p_for IS NULL THEN 'u:' || p_key
+                ELSE 'p:' || p_for::text || ':'
+                     || floor(extract(epoch FROM clock_timestamp()) / p_for)::bigint::text
+                     || ':' || p_key END
+$$;
 
 -- Complete a batch of jobs ($1 ids, $2 fences, $3 result refs), each only
 -- while its fence is current and its lease live (a lapsed lease's fence
@@ -1132,34 +1178,45 @@ $$;
 
 -- Enqueue one job in the caller's transaction (the outbox: the business row
 -- and its job commit together, or neither); the job's id, or for a dedupe
--- key seen before the first job's id. max_attempts NULL: the default of
+-- key seen before the first job's id; for a unique key whose slot is held
+-- (fencegate_jobs_unique) the holder's id. max_attempts NULL: the default of
 -- leases.RetryPolicy (5).
 CREATE FUNCTION fencegate_enqueue_job(
     queue text, payload jsonb, dedupe_key text DEFAULT NULL,
     ordering_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL,
-    max_attempts int DEFAULT NULL, priority int DEFAULT 0
+    max_attempts int DEFAULT NULL, priority int DEFAULT 0,
+    unique_key text DEFAULT NULL, unique_for double precision DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     made bigint;
+    slot text;
 BEGIN
     LOOP
+        slot := fencegate_unique_slot($8, $9);
         INSERT INTO fencegate_jobs AS j (queue, payload, dedupe_key, ordering_key, run_at,
-                                         max_attempts, priority)
+                                         max_attempts, priority, unique_key, unique_for,
+                                         unique_slot)
         VALUES ($1, $2, $3, $4, coalesce($5, clock_timestamp()), coalesce($6, 5),
-                coalesce($7, 0))
-        ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
+                coalesce($7, 0), $8, $9, slot)
+        ON CONFLICT DO NOTHING  -- the dedupe key's index or the unique slot's
         RETURNING j.id INTO made;
         IF made IS NOT NULL THEN
             RETURN made;
         END IF;
         SELECT j.id INTO made FROM fencegate_jobs j
          WHERE j.queue = $1 AND j.dedupe_key = $3;
-        IF made IS NOT NULL OR $3 IS NULL THEN
+        IF made IS NULL THEN
+            SELECT j.id INTO made FROM fencegate_jobs j
+             WHERE j.queue = $1 AND j.unique_slot = slot AND j.state <> 'cancelled'
+               AND (j.unique_for IS NOT NULL OR j.state <> 'completed');
+        END IF;
+        IF made IS NOT NULL OR ($3 IS NULL AND $8 IS NULL) THEN
             RETURN made;
         END IF;
-        -- purged between the insert and the look: insert again
+        -- purged, or its holder finished, between the insert and the look:
+        -- insert again
     END LOOP;
 END
 $$;
@@ -1202,11 +1259,61 @@ BEGIN
 END
 $$;
 
+-- Cancel jobs of queue p_queue (p_id): a queued or scheduled one never runs,
+-- a claimed one's lease ends at once (its fence is refused at the gateway,
+-- its renewal and its completion are refused, so its holder enters
+-- lost-ownership mode), and each stays `cancelled`. Answers each job
+-- cancelled and what it was (queued, scheduled, claimed); a job finished
+-- already is left as it is. Job rows are locked before lease rows, in the
+-- one order (fencegate_complete_jobs): a completion in flight either commits
+-- first (the job is then completed, not cancelled) or is refused. Workers
+-- LISTEN on fencegate_jobs_cancelled (the job's resource) to notice at once.
+CREATE FUNCTION fencegate_cancel_jobs(p_queue text, p_id bigint[])
+RETURNS TABLE (job_id bigint, was text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM fencegate_jobs j WHERE j.queue = p_queue AND j.id = ANY(p_id)
+      ORDER BY j.id FOR UPDATE;
+    PERFORM 1 FROM fencegate_leases l
+      WHERE l.resource IN (SELECT j.resource FROM fencegate_jobs j
+                            WHERE j.queue = p_queue AND j.id = ANY(p_id)
+                              AND j.state = 'claimed')
+      ORDER BY l.resource
+        FOR NO KEY UPDATE;
+    RETURN QUERY
+    WITH open AS (
+        SELECT j.id, j.resource, j.fence,
+               CASE WHEN j.state = 'queued' AND j.run_at > clock_timestamp()
+                    THEN 'scheduled' ELSE j.state END AS was
+          FROM fencegate_jobs j
+         WHERE j.queue = p_queue AND j.id = ANY(p_id) AND j.state IN ('queued', 'claimed')
+    ), gone AS (
+        UPDATE fencegate_jobs j SET state = 'cancelled', finished_at = clock_timestamp()
+          FROM open
+         WHERE j.id = open.id
+        RETURNING j.id, open.resource, open.fence, open.was
+    ), ended AS (
+        UPDATE fencegate_leases l SET expires_at = clock_timestamp()
+          FROM gone
+         WHERE gone.was = 'claimed' AND l.resource = gone.resource
+           AND l.fence = gone.fence AND l.expires_at > clock_timestamp()
+    )
+    SELECT gone.id, gone.was FROM gone ORDER BY gone.id;
+    PERFORM pg_notify('fencegate_jobs_cancelled', j.resource)
+       FROM fencegate_jobs j
+      WHERE j.queue = p_queue AND j.id = ANY(p_id) AND j.state = 'cancelled'
+        AND j.fence IS NOT NULL;
+END
+$$;
+
 -- Wake idle workers when jobs arrive. Polling alone stays correct (behind
 -- PgBouncer in transaction mode LISTEN does not work); this only cuts the wait.
 CREATE FUNCTION fencegate_jobs_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- every queue with jobs has its row, which claims lock (fencegate_queues)
+    INSERT INTO fencegate_queues (queue) SELECT DISTINCT queue FROM new_jobs
+    ON CONFLICT (queue) DO NOTHING;
     PERFORM pg_notify('fencegate_jobs', q.queue)
        FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
     RETURN NULL;

@@ -64,6 +64,7 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
     regressions = _fence_regressions(claims, [e for e in events if e["ev"] == "fault"
                                               and e["kind"] in FAILOVERS], v)
     fenced = check_fenced(events, v)
+    cancels = _after_cancels(events, attempts, v)
     refused = Counter(a["code"] for a in attempts if a["status"] != 200)
     report.figures.update({
         "claims": len(claims),
@@ -77,6 +78,7 @@ def check(events: Events, *, client: str, final_jobs: dict[str, int] | None = No
         "lost_jobs": lost,
         "fence_regressions": regressions,
         "jobs": dict(final_jobs or {}),
+        **cancels,
         **fenced,
     })
     return report
@@ -173,13 +175,40 @@ def _cut_bodies(attempts: Events, deliveries: Events, v: list[str]) -> int:
     return cut
 
 
+def _after_cancels(events: Events, attempts: Events, v: list[str]) -> dict[str, Any]:
+    """8. Nothing of a job counts after a committed cancel: no attempt of its
+    effect sent after the cancel's answer gets through the gateway, and the
+    job ends cancelled (never completed, never run again). A cancel that
+    found the job finished left it as it was."""
+    final = {e["job"]: e["state"] for e in events if e["ev"] == "job_final"}
+    cancels = [e for e in events if e["ev"] == "cancel"]
+    by_resource = defaultdict(list)
+    for a in attempts:
+        by_resource[a["resource"]].append(a)
+    for c in cancels:
+        state = final.get(c["job"])
+        if c["cancelled"]:
+            if state != "cancelled":
+                v.append(f"job {c['job']} was cancelled (it was {c['was']}) but ended {state}")
+            for a in by_resource.get(c["resource"], []):
+                if a["t0"] > c["answered"] and a["status"] == 200:
+                    v.append(f"job {c['job']}: an attempt sent {a['t0'] - c['answered']:.3f}s "
+                             f"after its cancel committed got through ({a['code']})")
+        elif state == "cancelled":
+            v.append(f"job {c['job']}: its cancel found it {c['was']}, yet it ended cancelled")
+    return {"cancels": sum(1 for c in cancels if c["cancelled"]),
+            "cancels_of_running_jobs": sum(1 for c in cancels if c["was"] == "claimed"),
+            "cancels_too_late": sum(1 for c in cancels if not c["cancelled"]),
+            "snoozes": sum(1 for e in events if e["ev"] == "snooze")}
+
+
 def _lost_jobs(final_jobs: dict[str, int] | None, expected: int, v: list[str]) -> int:
-    """5. No job lost: at the end, every job completed or dead."""
+    """5. No job lost: at the end, every job completed, dead or cancelled."""
     if final_jobs is None:
         return 0
     lost = sum(final_jobs.get(s, 0) for s in ("queued", "claimed", "scheduled"))
     if lost:
-        v.append(f"{lost} jobs neither completed nor dead at the end")
+        v.append(f"{lost} jobs neither completed, dead nor cancelled at the end")
     if sum(final_jobs.values()) != expected:
         v.append(f"{expected} jobs enqueued, {sum(final_jobs.values())} found")
     return lost

@@ -104,8 +104,10 @@ def markdown(r: Run) -> str:
         "gateway and the sinks, slow links: slowed to 48 kB/s, or not read at all (a provider "
         "that stops reading), or slowed and the gateway SIGKILLed mid-send, while a tenth of "
         "the HTTP effects carry 300 kB bodies: bytes still in the gateway's kernel when an "
-        "attempt ends must never arrive after its drain barrier. The checker "
-        "reads every claim, attempt and delivery.",
+        "attempt ends must never arrive after its drain barrier. A twentieth of the soak's "
+        "jobs are cancelled at random moments, racing their completions (nothing of a job may "
+        "count after its cancel's answer), and a tenth snooze once. The checker "
+        "reads every claim, attempt, delivery and cancel.",
         "",
         "| figure | value |",
         "| --- | ---: |",
@@ -121,7 +123,10 @@ def markdown(r: Run) -> str:
         f"**{f['stale_deliveries']}** |",
         f"| **bodies cut** (request at the provider, or answer at the worker) | "
         f"**{f['cut_bodies']}** |",
-        f"| **lost jobs** (neither completed nor dead) | **{f['lost_jobs']}** |",
+        f"| **lost jobs** (neither completed, dead nor cancelled) | **{f['lost_jobs']}** |",
+        f"| cancels racing the workers: counted (of running jobs), too late | "
+        f"{f['cancels']} ({f['cancels_of_running_jobs']}), {f['cancels_too_late']} |",
+        f"| snoozes from handlers | {f['snoozes']} |",
         f"| fenced database writes (soak jobs and zombie trials) | {f['fenced_attempts']} |",
         f"| **fenced writes committed under a superseded fence** | "
         f"**{f['fenced_stale_commits']}** |",

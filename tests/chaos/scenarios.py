@@ -31,6 +31,11 @@ LARGE_FRACTION = 0.1
 #: soak jobs that write to the database in a fenced transaction instead
 #: (tests.chaos.fenced), under the soak's faults
 DB_FRACTION = 0.2
+#: soak jobs whose handler snoozes them once before it does its work
+SNOOZE_FRACTION = 0.1
+#: soak jobs the orchestrator tries to cancel, at random moments while the
+#: workers run them (or before, or after)
+CANCEL_FRACTION = 0.05
 
 
 class LaneWorker:
@@ -251,13 +256,19 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
     now = dt.datetime.now(dt.UTC)
     jobs = [NewJob({"kind": "db" if rng.random() < DB_FRACTION else rng.choice(["smtp", "http"]),
                     "method": rng.choice(METHODS),
-                    "chunked": rng.random() < 0.2, "large": rng.random() < LARGE_FRACTION},
+                    "chunked": rng.random() < 0.2, "large": rng.random() < LARGE_FRACTION,
+                    "snooze": rng.random() < SNOOZE_FRACTION},
                    run_at=now + dt.timedelta(seconds=rng.uniform(0, spread_seconds)),
                    max_attempts=1000)
             for _ in range(effects)]
+    ids: list[int] = []
     for i in range(0, len(jobs), 1000):
-        await q.enqueue_many(jobs[i:i + 1000])
+        ids += await q.enqueue_many(jobs[i:i + 1000])
     await pool.close()
+    targets = rng.sample(ids, max(1, int(len(ids) * CANCEL_FRACTION)))
+    stop_cancelling = asyncio.Event()
+    cancelling = asyncio.create_task(cancels(cluster, targets, spread_seconds, rng,
+                                             stop_cancelling))
 
     procs: list[Any] = []
     names = iter(range(10**6))
@@ -286,6 +297,8 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
             raise AssertionError(f"the soak did not drain in {limit_seconds:.0f}s: jobs "
                                  f"{await job_states(cluster.pg_dsn)}")
     finally:
+        stop_cancelling.set()
+        await cancelling
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGCONT)
@@ -296,10 +309,44 @@ async def soak(cluster: Cluster, workers: int, effects: int, spread_seconds: flo
                 p.kill()
     conn = await asyncpg.connect(cluster.pg_dsn)
     rows = await conn.fetch("SELECT state, count(*) AS n FROM fencegate_jobs GROUP BY state")
-    await conn.close()
     stats.final_jobs = {r["state"]: r["n"] for r in rows}
+    for r in await conn.fetch("SELECT id, state FROM fencegate_jobs WHERE id = ANY($1)",
+                              targets):
+        cluster.rec.record("job_final", job=r["id"], state=r["state"])
+    await conn.close()
     stats.seconds = time.monotonic() - started
     return stats
+
+
+async def cancels(cluster: Cluster, targets: list[int], spread_seconds: float,
+                  rng: random.Random, stop: asyncio.Event) -> None:
+    """Cancel each of ``targets`` once, at random moments over the soak's
+    spread, racing the workers' completions. Each cancel that was answered is
+    recorded with the moment its answer came (its commit was before): the
+    checker holds every later attempt under that job's fence to a refusal.
+    A cancel that got no answer (the database is down) is not retried."""
+    pending = list(targets)
+    pace = max(0.02, spread_seconds / max(1, len(pending)))
+    while pending and not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), rng.uniform(0, 2 * pace))
+        job_id = pending.pop()
+        try:
+            conn = await asyncpg.connect(cluster.pg_dsn, timeout=2)
+        except (TimeoutError, OSError, asyncpg.PostgresError):
+            continue
+        try:
+            rows = await asyncio.wait_for(conn.fetch(
+                "SELECT job_id, was FROM fencegate_cancel_jobs($1, $2::bigint[])",
+                SOAK_QUEUE, [job_id]), 5)
+        except (TimeoutError, OSError, asyncpg.PostgresError):
+            continue
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 2)
+        cluster.rec.record("cancel", job=job_id, resource=f"job:{SOAK_QUEUE}:{job_id}",
+                           cancelled=bool(rows), was=rows[0]["was"] if rows else None,
+                           answered=time.time())
 
 
 async def job_states(dsn: str) -> dict[str, int]:

@@ -25,6 +25,9 @@ async def test_a_small_chaos_run_finds_no_violation() -> None:
     assert r.mixed.outcomes["412 stale_fence"] > 0 and r.mixed.outcomes["200 ok"] > 0, \
         r.mixed.outcomes
     assert r.report.figures["deliveries"] > 0
+    # cancels and snoozes raced the workers (checked: nothing counted after a cancel)
+    assert r.report.figures["cancels"] + r.report.figures["cancels_too_late"] > 0
+    assert r.report.figures["snoozes"] > 0
     assert sum(r.soak.faults.values()) == len(FAULTS)
     assert r.fenced.trials == 6
     fenced = r.report.figures["fenced_outcomes"]

@@ -12,8 +12,8 @@
         Runs a leases.Worker over the queue "soak"; each job sends one effect
         through GatewayClient under the job's own lease (the lease client in
         full: renewals, cancellation on loss), or, for a job of kind "db", writes
-        a row and completes the job in one ``job.transaction``. Exits when the
-        queue is drained.
+        a row and completes the job in one ``job.transaction``. A job marked
+        "snooze" is snoozed once first. Exits when the queue is drained.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.client import FenceToken, GatewayClient, GatewayProblem, GatewayUnreachable
-from leases import Job, Lease, LeaseClient, LeaseLost, Queue, RetryPolicy, Worker
+from leases import Job, Lease, LeaseClient, LeaseLost, Queue, RetryPolicy, Snooze, Worker
 from tests.chaos import fenced
 from tests.chaos.history import Recorder
 from tests.chaos.sinks import ANSWER, BODY_HASH_HEADER
@@ -175,6 +175,10 @@ async def soak(name: str, dsn: str, url: str, key: str, rec: Recorder) -> None:
 
         async def handle(job: Job) -> str:
             kind = job.payload["kind"]
+            if job.payload.get("snooze") and not job.snoozes:
+                rec.record("snooze", owner=name, job=job.id, resource=job.resource,
+                           fence=job.fence)
+                raise Snooze(0.05)
             if kind == "db":
                 return await fenced.job_write(rec, name, q, job)
             effect_key = f"job-{job.id}"

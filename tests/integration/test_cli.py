@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: series only a worker process exports (leases.observe; deploy-check scrapes
 #: both), and the queue gauges, one series per queue that has jobs
 FROM_WORKERS = {"fencegate_jobs_total", "fencegate_lease_renewals_total",
-                "fencegate_queue_jobs", "fencegate_queue_oldest_runnable_age_seconds"}
+                "fencegate_queue_jobs", "fencegate_queue_oldest_runnable_age_seconds",
+                "fencegate_queue_paused"}
 #: per session: two test runs at once share the server
 MIGRATE_RACE_DB = f"fg_test_{os.getpid()}_migrate_race"
 

@@ -86,9 +86,41 @@ def test_answers_other_than_503_during_an_outage_are_caught() -> None:
 def test_lost_jobs_are_caught() -> None:
     r = check([], client=CLIENT, final_jobs={"completed": 8, "claimed": 1, "queued": 1},
               expected_jobs=10)
-    assert any("2 jobs neither completed nor dead" in v for v in r.violations)
+    assert any("2 jobs neither completed, dead nor cancelled" in v for v in r.violations)
     r = check([], client=CLIENT, final_jobs={"completed": 9}, expected_jobs=10)
     assert any("10 jobs enqueued, 9 found" in v for v in r.violations)
+
+
+def cancel(job: int, answered: float, cancelled: bool = True,
+           was: str | None = "claimed") -> dict[str, Any]:
+    return {"ev": "cancel", "wall": answered, "job": job, "resource": f"job:soak:{job}",
+            "cancelled": cancelled, "was": was, "answered": answered}
+
+
+def final(job: int, state: str) -> dict[str, Any]:
+    return {"ev": "job_final", "wall": 99.0, "job": job, "state": state}
+
+
+def test_a_cancel_honoured_passes() -> None:
+    events = [claim("job:soak:1", 10, 0.0, 5.0, renews=True),
+              attempt("k", "job:soak:1", 10, 0.1, 0.2, 200), cancel(1, 1.0),
+              attempt("k2", "job:soak:1", 10, 1.5, 1.6, 412, "lease_expired"),
+              final(1, "cancelled"), cancel(2, 1.0, False, "completed"), final(2, "completed")]
+    r = check(events, client=CLIENT)
+    assert r.ok, r.violations
+    assert r.figures["cancels"] == 1
+
+
+def test_anything_that_counts_after_a_committed_cancel_is_caught() -> None:
+    events = [claim("job:soak:1", 10, 0.0, 5.0, renews=True), cancel(1, 1.0),
+              attempt("k", "job:soak:1", 10, 1.5, 1.6, 200), final(1, "completed"),
+              cancel(2, 1.0, False, "completed"), final(2, "cancelled")]
+    violations = check(events, client=CLIENT).violations
+    assert any("after its cancel committed got through" in v for v in violations)
+    assert any("job 1 was cancelled (it was claimed) but ended completed" in v
+               for v in violations)
+    assert any("job 2: its cancel found it completed, yet it ended cancelled" in v
+               for v in violations)
 
 
 def test_a_fence_issued_twice_is_caught() -> None:
