@@ -29,7 +29,7 @@ async def run_queue_demo() -> int:
 
         name = new_queue_name()
         print(f"\nThe job platform, on queue {name}.\n{QUEUE_IN_ONE_LINE}\n")
-        async with running(stack, name, say) as charges:
+        async with running(stack.dsn, stack.url, stack.api_key, name, say) as charges:
             first = await charges.charge()
             order = 1001
             say("you", f"enqueue a charge for order {order} (dedupe key charge-{order}): "
@@ -62,7 +62,7 @@ async def run_queue_demo() -> int:
             poison_end = await charges.until_state(poison, "completed", "dead")
             say("queue", f"job {poison} {poison_end} after the replay")
         await asyncio.sleep(0)
-        got = charges_received(stack, order)
+        got = charges_received(stack.hook, order)
         print(f"\nThe payments sink received {got} charge(s) for order {order}: "
               + ("charged once.\n" if got == 1 else "that is wrong.\n"))
         held = (got == 1 and again.deduplicated and charged == flaky_end == "completed"
