@@ -13,6 +13,7 @@ from .errors import (
     Unavailable,
 )
 from .lease import Lease
+from .periodic import Schedule, Scheduler
 from .policy import RenewalPolicy
 from .queue import Job, NewJob, Queue
 from .retry import RetryDecision, RetryPolicy
@@ -34,6 +35,8 @@ __all__ = [
     "RenewalPolicy",
     "RetryDecision",
     "RetryPolicy",
+    "Schedule",
+    "Scheduler",
     "SchemaError",
     "SchemaTooNew",
     "Unavailable",

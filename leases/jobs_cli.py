@@ -145,4 +145,4 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     for v in verbs.choices.values():
         v.add_argument("--json", action="store_true", help="print JSON")
         v.set_defaults(func=_main)
-    jobs_find.add_verbs(verbs)
+    jobs_find.add_verbs(verbs, table)

@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -83,9 +84,7 @@ async def _find(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
     except search.BadFilter as exc:
         print(f"fencegate: jobs find: {exc}", file=sys.stderr)
         return 2
-    from .jobs_cli import table  # the jobs command's table, one look for both
-
-    text = table(page.jobs, FIND_COLUMNS) if page.jobs else "no jobs match"
+    text = args.table(page.jobs, FIND_COLUMNS) if page.jobs else "no jobs match"
     if page.after is not None:
         text += f"\nmore: {_next_command(args, page.after)}"
     emit(args, {"jobs": page.jobs, "after": page.after}, text)
@@ -96,8 +95,10 @@ def _main(args: argparse.Namespace) -> int:
     return run_with_pool(lambda pool: _find(args, pool))
 
 
-def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``find`` to ``fencegate jobs``."""
+def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser],
+              table: Callable[[list[dict[str, Any]], tuple[str, ...]], str]) -> None:
+    """Add ``find`` to ``fencegate jobs``; ``table`` draws rows as the other
+    jobs verbs do."""
     p = verbs.add_parser("find", help="jobs by state, queue, key, payload field and time",
                          description="Jobs matching every filter given, newest first, a page "
                          "at a time (--after: the id the page before printed).")
@@ -119,4 +120,4 @@ def add_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help=f"at most this many (default {DEFAULT_LIMIT})")
     p.add_argument("--json", action="store_true",
                    help="print JSON: {\"jobs\": [...], \"after\": next page's --after or null}")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, table=table)

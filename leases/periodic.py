@@ -33,7 +33,7 @@ from croniter import croniter
 
 from .client import LeaseClient
 from .errors import Busy, InvalidArgument, Unavailable
-from .metrics import PERIODIC_TICKS
+from .metrics import PERIODIC_RESULTS, PERIODIC_TICKS
 from .queue import DEFAULT_RETENTION_SECONDS, NewJob, Queue, check_queue
 
 log = logging.getLogger("fencegate.periodic")
@@ -174,6 +174,9 @@ class Scheduler:
         self.max_sleep = max_sleep
         self._queues = {s.queue: Queue(client, s.queue, retention_seconds=retention_seconds)
                         for s in schedules}
+        for s in schedules:  # every series from the start, at 0 (metrics.start_at_zero)
+            for result in PERIODIC_RESULTS:
+                PERIODIC_TICKS.labels(schedule=s.name, result=result)
         self._skipped: dict[str, dt.datetime] = {}
         self._stopping = asyncio.Event()
         #: set after every pass, failed ones too (a test hook)
