@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from . import formats, jobs_find, sql
+from . import formats, jobs_find, periodic_cli, sql
 from .cli import emit, run_with_pool
 from .client import LeaseClient
 from .queue import NewJob, Queue, job_view
@@ -146,3 +146,4 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         v.add_argument("--json", action="store_true", help="print JSON")
         v.set_defaults(func=_main)
     jobs_find.add_verbs(verbs, table)
+    periodic_cli.add_verbs(verbs)

@@ -24,11 +24,12 @@ import contextlib
 import datetime as dt
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import asyncpg
 from croniter import croniter
 
 from .client import LeaseClient
@@ -157,12 +158,14 @@ class Scheduler:
 
     ``retention_seconds`` must be the retention of the workers' ``Queue``
     (the default is the same), so no missed tick older than what purge keeps
-    is enqueued (module docstring).
+    is enqueued (module docstring). ``on_tick`` is called with what became of
+    each due tick, enqueued here or found there already.
     """
 
     def __init__(self, client: LeaseClient, schedules: Sequence[Schedule], *,
                  retention_seconds: float = DEFAULT_RETENTION_SECONDS,
-                 max_sleep: float = DEFAULT_MAX_SLEEP_SECONDS) -> None:
+                 max_sleep: float = DEFAULT_MAX_SLEEP_SECONDS,
+                 on_tick: Callable[[Tick], None] | None = None) -> None:
         names = [s.name for s in schedules]
         if len(set(names)) != len(names):
             raise InvalidArgument("two schedules share a name")
@@ -181,6 +184,7 @@ class Scheduler:
         self._stopping = asyncio.Event()
         #: set after every pass, failed ones too (a test hook)
         self.passed = asyncio.Event()
+        self.on_tick = on_tick
 
     async def database_now(self) -> dt.datetime:
         """The database's clock."""
@@ -212,6 +216,8 @@ class Scheduler:
                 done.append(Tick(s.name, tick, answer.id, not answer.deduplicated))
                 PERIODIC_TICKS.labels(schedule=s.name, result="duplicate"
                                       if answer.deduplicated else "enqueued").inc()
+                if self.on_tick is not None:
+                    self.on_tick(done[-1])
                 if not answer.deduplicated:
                     log.info("schedule %s: tick %s enqueued as job %s", s.name,
                              tick_key(s.name, tick), answer.id, extra={
@@ -231,7 +237,7 @@ class Scheduler:
                 now = await self.database_now()
                 wait = min([(next_tick(s, now) - now).total_seconds()
                             for s in self.schedules] or [self.max_sleep])
-            except (Unavailable, Busy) as exc:
+            except (Unavailable, Busy, asyncpg.PostgresError) as exc:
                 log.warning("periodic pass failed: %s", exc, extra={"error": type(exc).__name__})
                 wait = RETRY_SECONDS
             self.passed.set()

@@ -6,14 +6,20 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import multiprocessing
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 from prometheus_client import REGISTRY
 
-from leases import LeaseClient, Queue, Worker
+from leases import LeaseClient, Queue, Worker, database
 from leases.periodic import Schedule, Scheduler, tick_key, tick_of
 from leases.queue import Job
+from tests.support.served import FENCEGATE
 from tests.support.waiting import until
 
 PROCESSES = 4
@@ -152,3 +158,33 @@ async def test_a_worker_runs_the_tick_s_job_and_knows_its_tick(pool: asyncpg.Poo
     await running
     assert ran == [("daily-backstop", tick.tick)]
     assert tick.tick <= now
+
+
+async def test_the_periodic_command_enqueues_the_file_s_ticks_until_sigterm(
+        dsn: str, pool: asyncpg.Pool, tmp_path: Path) -> None:
+    config = tmp_path / "schedules.toml"
+    config.write_text('[[schedules]]\nname = "beat"\ncron = "* * * * * *"\nqueue = "beats"\n')
+    env = {**os.environ, database.DATABASE_URL_ENV: dsn}
+    proc = subprocess.Popen([*FENCEGATE, "jobs", "periodic", str(config)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        await until(lambda: ticks_seen(pool, 2), "two ticks enqueued by the command")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+    assert proc.returncode == 0, err
+    keys = {r["dedupe_key"] for r in await pool.fetch(
+        "SELECT dedupe_key FROM fencegate_jobs WHERE queue = 'beats'")}
+    said = set(re.findall(r"enqueued (periodic:beat:\S+) as job \d+", out))
+    assert len(said) >= 2 and said <= keys
+
+
+def test_a_bad_schedules_file_is_a_clear_message(dsn: str, tmp_path: Path) -> None:
+    config = tmp_path / "schedules.toml"
+    config.write_text('[[schedules]]\nname = "beat"\ncron = "every second"\nqueue = "q"\n')
+    env = {**os.environ, database.DATABASE_URL_ENV: dsn}
+    done = subprocess.run([*FENCEGATE, "jobs", "periodic", str(config)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "schedule 1: schedule beat: 'every second' is not a cron expression" in done.stderr
+    assert "Traceback" not in done.stderr
