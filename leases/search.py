@@ -130,7 +130,7 @@ def parse_time(text: str, now: dt.datetime) -> dt.datetime:
 
 
 def states_of(definitions: list[str]) -> tuple[str, ...]:
-    """The job states the schema's CHECK constraint lists (``job_states``)."""
+    """The job states the schema's CHECK constraint lists (``schema_job_states``)."""
     found: list[str] = []
     for d in definitions:
         found += [s for s in _CHECKED_STATE.findall(d) if s not in found]
@@ -139,7 +139,7 @@ def states_of(definitions: list[str]) -> tuple[str, ...]:
 
 async def known_states(db: Reader) -> tuple[str, ...]:
     """Every state a filter may name: the schema's, and ``scheduled``."""
-    rows = await db.fetch("job_states")
+    rows = await db.fetch("schema_job_states")
     return (*states_of([r["definition"] for r in rows]), SCHEDULED)
 
 

@@ -6,7 +6,7 @@
 -- The database's clock: periodic ticks are computed on it, never a process's.
 SELECT clock_timestamp();
 
--- name: job_states
+-- name: schema_job_states
 -- The states a job may be in, as the schema's CHECK on fencegate_jobs.state
 -- lists them (so a filter naming a state the schema does not know is refused
 -- by name, and a state added to the schema is found without a code change).
