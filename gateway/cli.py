@@ -95,13 +95,14 @@ def _dev(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     try:
         from gateway.dev.demo import run_demo
+        from gateway.dev.queue_demo import run_queue_demo
     except ImportError as exc:
         print(f"fencegate demo needs the dev tools ({exc.name} is missing): "
               "pip install 'fencegate[dev,embedded]'", file=sys.stderr)
         return 2
 
     logs.setup(logging.ERROR)
-    return asyncio.run(run_demo())
+    return asyncio.run(run_queue_demo() if args.scenario == "queue" else run_demo())
 
 
 def _effects(args: argparse.Namespace) -> int:
@@ -181,7 +182,12 @@ def parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int, default=8080,
                      help="the gateway's port (default 8080; 0: any free port)")
     dev.set_defaults(func=_dev)
-    demo = sub.add_parser("demo", help="the zombie-worker scenario as a timeline")
+    demo = sub.add_parser("demo", help="the zombie-worker scenario (or the job platform's: "
+                          "demo queue) as a timeline")
+    demo.add_argument("scenario", nargs="?", choices=["zombie", "queue"], default="zombie",
+                      help="zombie (default): a stalled worker refused at the gateway; "
+                      "queue: a charge deduplicated, a flaky job retried, a poison job "
+                      "replayed")
     demo.set_defaults(func=_demo)
     leases_cli.add_commands(sub)
     jobs_cli.add_commands(sub)

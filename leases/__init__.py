@@ -13,6 +13,7 @@ from .errors import (
     Unavailable,
 )
 from .lease import Lease
+from .periodic import Schedule, Scheduler
 from .policy import RenewalPolicy
 from .queue import Job, NewJob, Queue
 from .queue_admin import Cancel, Snooze
@@ -36,6 +37,8 @@ __all__ = [
     "RenewalPolicy",
     "RetryDecision",
     "RetryPolicy",
+    "Schedule",
+    "Scheduler",
     "SchemaError",
     "SchemaTooNew",
     "Snooze",

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from . import formats, sql
+from . import formats, jobs_find, periodic_cli, sql
 from .cli import emit, run_with_pool
 from .client import LeaseClient
 from .errors import InvalidArgument
@@ -49,7 +49,7 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
             print(f"no job {args.id}", file=sys.stderr)
             return 1
         job = job_view(row)
-        emit(args, job, "\n".join(f"{k:>13}: {formats.text(v)}" for k, v in job.items()))
+        emit(args, job, jobs_find.describe(job))
         return 0
     if verb == "stats":
         rows = await pool.fetch(sql.query("queue_stats"), args.queue)
@@ -209,3 +209,5 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     for v in verbs.choices.values():
         v.add_argument("--json", action="store_true", help="print JSON")
         v.set_defaults(func=_main)
+    jobs_find.add_verbs(verbs, table)
+    periodic_cli.add_verbs(verbs)

@@ -15,6 +15,12 @@ LEASE_RENEWALS = Counter(
 JOBS = Counter(
     "fencegate_jobs_total", "Work-queue events, by queue and event.", ["queue", "event"]
 )
+PERIODIC_TICKS = Counter(
+    "fencegate_periodic_ticks_total",
+    "Ticks of periodic schedules seen by a scheduler, by schedule and result: enqueued "
+    "(this scheduler made the job), duplicate (another had), too_late (older than its "
+    "catch_up: skipped).", ["schedule", "result"],
+)
 AWAITING_PURGE = Gauge(
     "fencegate_rows_awaiting_purge",
     "Rows past their retention not yet purged (effects by the gateway, jobs by workers).",
@@ -24,6 +30,7 @@ AWAITING_PURGE = Gauge(
 #: the label values the contract fixes
 CLAIM_RESULTS = ("won", "held")
 RENEWAL_RESULTS = ("ok", "lost")
+PERIODIC_RESULTS = ("enqueued", "duplicate", "too_late")
 JOB_EVENTS = ("enqueued", "deduplicated", "claimed", "completed", "retried", "dead",
               "replayed", "cancelled", "snoozed")
 

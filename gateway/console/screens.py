@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from gateway.console.jobs import find_jobs
 from gateway.effects import fingerprint
 from gateway.ledger import RESOLVE_GRACE_SECONDS
 from gateway.wire import FENCE_REFUSALS, EffectState
-from leases import Database
+from leases import Database, search
 from leases.redact import redact
 
 #: a screen's data is shared by every viewer of one process for this long
@@ -289,22 +290,21 @@ async def queues(db: Database, query: Mapping[str, str]) -> dict[str, Any]:
             continue
         depths.setdefault(r["queue"], {})[r["state"]] = r["jobs"]
     oldest = {r["queue"]: dict(r) for r in await db.fetch("oldest_runnable_jobs")}
-    state = _choice(query, "state", JOB_STATES) or "dead"
-    queue = _text(query, "queue")
-    page, per = _page(query)
-    paged = _paged(query, "/console/queues", _rows(await db.fetch(
-        "search_jobs", queue, state, per + 1, (page - 1) * per)), page, per)
-    jobs = paged["rows"]
+    try:
+        found = await find_jobs(db, query)
+    except search.BadFilter as e:
+        raise BadFilter(str(e).rstrip(".")) from None
+    jobs = found["rows"]
     for job in jobs:
-        job["payload"] = redact(json.loads(job["payload"]))
+        job["payload"] = redact(job["payload"])
         job["last_error"] = redact(job["last_error"])
     names = sorted(set(depths) | set(oldest))
     return {"queues": [{"name": q, "depth": {s: depths.get(q, {}).get(s, 0)
                                              for s in ("queued", "scheduled", "claimed",
                                                        "dead")},
                         "oldest": oldest.get(q)} for q in names],
-            "jobs": jobs, "pager": paged, "states": JOB_STATES,
-            "filters": {"state": state, "queue": queue or ""}}
+            "jobs": jobs, "pager": found["pager"], "states": found["states"],
+            "filters": found["filters"]}
 
 
 # ---- the rejections chart, drawn on the server --------------------------------------

@@ -24,6 +24,7 @@ from aiohttp import web
 from gateway.api.auth import key_sha256
 from gateway.app import build_app
 from gateway.config import Config, load, parse
+from gateway.dev import playground
 from gateway.dev.sinks import SmtpSink, WebhookSink
 from gateway.errors import ConfigError
 from leases import database, migrate
@@ -182,26 +183,27 @@ class DevStack:
 
 
 @contextlib.asynccontextmanager
-async def dev_stack(gateway_port: int = DEV_GATEWAY_PORT, *,
-                    own_files: bool = True) -> AsyncIterator[DevStack]:
+async def dev_stack(gateway_port: int = DEV_GATEWAY_PORT, *, own_files: bool = True,
+                    playground: bool = False) -> AsyncIterator[DevStack]:
     """The gateway, its sinks and the database. ``own_files``: the dev key and
     ``.fencegate/dev.toml`` are this stack's (``fencegate dev``); without it
     (``fencegate demo``) a key and a configuration are made up in memory, so a
-    running ``fencegate dev`` is left alone."""
+    running ``fencegate dev`` is left alone. ``playground``: the console's
+    playground page (gateway/dev/playground.py) is served too."""
     home = database.home()
     lock = DevLock(home)
     if own_files:
         lock.acquire()
     try:
-        async with _started(home, gateway_port, own_files, lock) as stack:
+        async with _started(home, gateway_port, own_files, lock, playground) as stack:
             yield stack
     finally:
         lock.release()
 
 
 @contextlib.asynccontextmanager
-async def _started(home: Path, gateway_port: int, own_files: bool,
-                   lock: DevLock) -> AsyncIterator[DevStack]:
+async def _started(home: Path, gateway_port: int, own_files: bool, lock: DevLock,
+                   with_playground: bool) -> AsyncIterator[DevStack]:
     port = gateway_port_or_refuse(gateway_port)
     where: list[str] = []
     notes: list[str] = []
@@ -221,13 +223,17 @@ async def _started(home: Path, gateway_port: int, own_files: bool,
             api_key, path = "fg_demo_" + secrets.token_urlsafe(18), None
             config = parse(tomllib.loads(dev_config_text(api_key, port, smtp.port, hook.port)),
                            "<demo>")
-        runner = web.AppRunner(build_app(config, dsn, migrate_on_start=False), access_log=None)
+        app = build_app(config, dsn, migrate_on_start=False)
+        game = playground.enable(app, dsn, api_key, hook) if with_playground else None
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "127.0.0.1", port)
             await site.start()
             port = runner.addresses[0][1]
             url = f"http://127.0.0.1:{port}"
+            if game is not None:
+                game.url = url
             lock.note(f"pid {os.getpid()}, {url}")
             if own_files and path is not None and gateway_port == 0:
                 # the port the gateway got, so dev.toml says where it is
@@ -257,6 +263,7 @@ def curl_guide(stack: DevStack) -> str:
 fencegate dev is up.{moved}
   gateway      {stack.url}   (config: {stack.config_path})
   console      {stack.url}/console   (log in with the dev API key below)
+  playground   {stack.url}/console/dev/playground   (the job platform, from buttons)
   API docs     {stack.url}/docs      OpenAPI: {stack.url}/openapi.json
   metrics      {stack.url}/metrics
   SMTP sink    127.0.0.1:{stack.smtp.port}   (every accepted message is printed here)
@@ -331,6 +338,6 @@ def show_gateway_lines() -> None:
 
 async def run_dev(port: int = DEV_GATEWAY_PORT) -> None:
     show_gateway_lines()
-    async with dev_stack(port) as stack:
+    async with dev_stack(port, playground=True) as stack:
         print(curl_guide(stack), flush=True)
         await _report_deliveries(stack)

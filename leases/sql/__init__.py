@@ -1,5 +1,6 @@
 """The named SQL statements of fencegate, one file per table (leases.sql,
-effects.sql, jobs.sql, rejections.sql), loaded once; the schema they run on is described whole
+effects.sql, jobs.sql, rejections.sql; search.sql reads jobs for finding them
+and for periodic ticks), loaded once; the schema they run on is described whole
 in ``schema.sql`` and built by the files in ``migrations/``."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def parse_queries(text: str) -> dict[str, str]:
 
 
 #: the statement files, one per table
-FILES = ("leases.sql", "effects.sql", "jobs.sql", "rejections.sql")
+FILES = ("leases.sql", "effects.sql", "jobs.sql", "rejections.sql", "search.sql")
 
 
 @functools.cache

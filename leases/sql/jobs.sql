@@ -318,16 +318,6 @@ SELECT DISTINCT ON (queue) queue, id, run_at,
  WHERE state = 'queued' AND run_at <= clock_timestamp()
  ORDER BY queue, run_at, id;
 
--- name: search_jobs
--- For the console: jobs of queue $1 in state $2 ('queued' includes those
--- scheduled later; each NULL: any), the newest first, $3 from the $4th.
-SELECT id, queue, state, payload, attempts, max_attempts, run_at, finished_at, last_error,
-       ordering_key, dedupe_key
-  FROM fencegate_jobs
- WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)
- ORDER BY id DESC
- LIMIT $3 OFFSET $4;
-
 -- name: complete_job_in_transaction
 -- Completes the job in the caller's transaction ($1 queue, $2 id, $3 fence,
 -- $4 result ref): true, or SQLSTATE FG412 with the reason, so the caller's

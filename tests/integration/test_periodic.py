@@ -1,0 +1,190 @@
+"""Periodic jobs on a real PostgreSQL: one job per tick however many
+schedulers, in however many processes, see it."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from prometheus_client import REGISTRY
+
+from leases import LeaseClient, Queue, Worker, database
+from leases.periodic import Schedule, Scheduler, tick_key, tick_of
+from leases.queue import Job
+from tests.support.served import FENCEGATE
+from tests.support.waiting import until
+
+PROCESSES = 4
+TICKS = 25
+DAILY = Schedule("daily-backstop", "0 3 * * *", queue="backstop", payload={"sweep": "all"})
+EVERY_SECOND = Schedule("heartbeat", "* * * * * *", queue="beats")
+
+
+def counted(schedule: str, result: str) -> float:
+    """This process's fencegate_periodic_ticks_total for one schedule and result."""
+    return REGISTRY.get_sample_value("fencegate_periodic_ticks_total",
+                                     {"schedule": schedule, "result": result}) or 0.0
+
+
+def _instants() -> list[dt.datetime]:
+    """Moments just after each of TICKS daily ticks (the clock is injected,
+    so nobody waits for 03:00)."""
+    first = dt.datetime(2026, 1, 1, 3, 0, 0, 400_000, tzinfo=dt.UTC)
+    return [first + dt.timedelta(days=n) for n in range(TICKS)]
+
+
+def _race_ticks(dsn: str, ready: Any, results: Any) -> None:
+    async def main() -> None:
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+        scheduler = Scheduler(LeaseClient(pool=pool), [DAILY],
+                              retention_seconds=10 * 365 * 86400.0)
+        ready.wait()  # every process connected: all take on the same tick at once
+        enqueued = 0
+        for now in _instants():
+            enqueued += sum(t.enqueued for t in await scheduler.run_once(now))
+        results.put(enqueued)
+        await pool.close()
+
+    asyncio.run(main())
+
+
+async def test_processes_racing_the_same_ticks_enqueue_one_job_per_tick(
+        dsn: str, pool: asyncpg.Pool) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    ready, results = ctx.Barrier(PROCESSES), ctx.Queue()
+    procs = [ctx.Process(target=_race_ticks, args=(dsn, ready, results))
+             for _ in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        await asyncio.to_thread(p.join, 120)
+        assert p.exitcode == 0
+    claimed = [results.get(timeout=5) for _ in procs]
+    rows = await pool.fetch("SELECT dedupe_key, payload FROM fencegate_jobs "
+                            "WHERE queue = 'backstop' ORDER BY dedupe_key")
+    assert [r["dedupe_key"] for r in rows] == [tick_key(DAILY.name, dt.datetime(
+        2026, 1, 1, 3, tzinfo=dt.UTC) + dt.timedelta(days=n)) for n in range(TICKS)]
+    assert sum(claimed) == TICKS, f"schedulers each said they enqueued: {claimed}"
+
+
+def _run_scheduler(dsn: str, stop: Any, results: Any) -> None:
+    async def main() -> None:
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+        scheduler = Scheduler(LeaseClient(pool=pool), [EVERY_SECOND])
+        running = asyncio.create_task(scheduler.run())
+        await asyncio.to_thread(stop.wait)
+        scheduler.stop()
+        await running
+        results.put(counted(EVERY_SECOND.name, "enqueued"))
+        await pool.close()
+
+    asyncio.run(main())
+
+
+async def test_schedulers_running_in_several_processes_make_each_tick_once(
+        dsn: str, pool: asyncpg.Pool) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    stop, results = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_run_scheduler, args=(dsn, stop, results)) for _ in range(3)]
+    for p in procs:
+        p.start()
+
+    await until(lambda: ticks_seen(pool, 4), "four ticks of a per-second schedule")
+    stop.set()
+    for p in procs:
+        await asyncio.to_thread(p.join, 60)
+        assert p.exitcode == 0
+    enqueued = [results.get(timeout=5) for _ in procs]
+    keys = [r["dedupe_key"] for r in await pool.fetch(
+        "SELECT dedupe_key FROM fencegate_jobs WHERE queue = 'beats'")]
+    found = [tick_of(k) for k in keys]
+    assert all(f is not None and f[0] == "heartbeat" for f in found), keys
+    assert len(set(found)) == len(keys)
+    assert sum(enqueued) == len(keys), "two schedulers each believed they made one tick"
+
+
+async def ticks_seen(pool: asyncpg.Pool, n: int) -> bool:
+    return bool(await pool.fetchval(
+        "SELECT count(*) >= $1 FROM fencegate_jobs WHERE queue = 'beats'", n))
+
+
+async def test_after_downtime_only_the_latest_missed_tick_is_enqueued(
+        pool: asyncpg.Pool) -> None:
+    minutely = Schedule("minutely", "* * * * *", queue="report")
+    scheduler = Scheduler(LeaseClient(pool=pool), [minutely])
+    before = dt.datetime(2026, 12, 2, 10, 0, 5, tzinfo=dt.UTC)
+    await scheduler.run_once(before)
+    [tick] = await scheduler.run_once(before + dt.timedelta(minutes=10))  # down 10 minutes
+    assert tick.enqueued and tick.tick == dt.datetime(2026, 12, 2, 10, 10, tzinfo=dt.UTC)
+    keys = [r["dedupe_key"] for r in await pool.fetch(
+        "SELECT dedupe_key FROM fencegate_jobs ORDER BY id")]
+    assert keys == ["periodic:minutely:2026-12-02T10:00:00Z",
+                    "periodic:minutely:2026-12-02T10:10:00Z"]
+
+
+async def test_a_tick_past_its_catch_up_is_skipped_and_counted(pool: asyncpg.Pool) -> None:
+    strict = Schedule("strict", "0 3 * * *", queue="q", catch_up=60)
+    scheduler = Scheduler(LeaseClient(pool=pool), [strict])
+    was = counted("strict", "too_late")
+    late = dt.datetime(2026, 12, 2, 3, 5, tzinfo=dt.UTC)
+    assert await scheduler.run_once(late) == []
+    assert await scheduler.run_once(late + dt.timedelta(seconds=30)) == []
+    assert counted("strict", "too_late") == was + 1, "one skip per tick, however many passes"
+    assert await pool.fetchval("SELECT count(*) FROM fencegate_jobs") == 0
+
+
+async def test_a_worker_runs_the_tick_s_job_and_knows_its_tick(pool: asyncpg.Pool) -> None:
+    client = LeaseClient(pool=pool)
+    scheduler = Scheduler(client, [DAILY])
+    now = await scheduler.database_now()
+    [tick] = await scheduler.run_once()
+    ran: list[tuple[str, dt.datetime] | None] = []
+
+    async def handle(job: Job) -> None:
+        ran.append(tick_of(job.dedupe_key))
+
+    worker = Worker(Queue(client, "backstop"), handle, poll_min=0.01)
+    running = asyncio.create_task(worker.run())
+    await until(lambda: bool(ran), "the periodic job to run")
+    worker.stop()
+    await running
+    assert ran == [("daily-backstop", tick.tick)]
+    assert tick.tick <= now
+
+
+async def test_the_periodic_command_enqueues_the_file_s_ticks_until_sigterm(
+        dsn: str, pool: asyncpg.Pool, tmp_path: Path) -> None:
+    config = tmp_path / "schedules.toml"
+    config.write_text('[[schedules]]\nname = "beat"\ncron = "* * * * * *"\nqueue = "beats"\n')
+    env = {**os.environ, database.DATABASE_URL_ENV: dsn}
+    proc = subprocess.Popen([*FENCEGATE, "jobs", "periodic", str(config)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        await until(lambda: ticks_seen(pool, 2), "two ticks enqueued by the command")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+    assert proc.returncode == 0, err
+    keys = {r["dedupe_key"] for r in await pool.fetch(
+        "SELECT dedupe_key FROM fencegate_jobs WHERE queue = 'beats'")}
+    said = set(re.findall(r"enqueued (periodic:beat:\S+) as job \d+", out))
+    assert len(said) >= 2 and said <= keys
+
+
+def test_a_bad_schedules_file_is_a_clear_message(dsn: str, tmp_path: Path) -> None:
+    config = tmp_path / "schedules.toml"
+    config.write_text('[[schedules]]\nname = "beat"\ncron = "every second"\nqueue = "q"\n')
+    env = {**os.environ, database.DATABASE_URL_ENV: dsn}
+    done = subprocess.run([*FENCEGATE, "jobs", "periodic", str(config)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "schedule 1: schedule beat: 'every second' is not a cron expression" in done.stderr
+    assert "Traceback" not in done.stderr
