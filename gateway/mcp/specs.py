@@ -75,9 +75,9 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         read_only=False, destructive=False, idempotent=True, open_world=False),
     ToolSpec(
         "send_email", "Send an email (fenced)",
-        "Send one email through the fencegate gateway under this run's fence. Needs a "
-        "claimed run. Retrying the identical call is safe: it is replayed, never sent "
-        "twice. " + _STOP_NOTE,
+        "Send one email through the fencegate gateway under this run's fence (text or "
+        "html, or both). Needs a claimed run. Retrying the identical call is safe: it is "
+        "replayed, never sent twice. " + _STOP_NOTE,
         _object({"from": _ADDRESS, "to": _ADDRESSES, "cc": _ADDRESSES, "bcc": _ADDRESSES,
                  "reply_to": _ADDRESS,
                  "subject": {"type": "string", "maxLength": 998},
