@@ -13,7 +13,6 @@ A ``Run`` is a ``gateway.client.FencedLease``: ``GatewayClient`` calls its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Final
 
 import aiohttp
@@ -121,6 +120,7 @@ class Run:
         self.policy = RenewalPolicy(ttl)
         self.deadline = self.policy.deadline(sent_at)
         self._lost: RunLost | None = None
+        self._released = False
         #: set after each renewal pass (a test waits on it instead of sleeping)
         self.renewed = asyncio.Event()
         self._task = asyncio.create_task(self._keep(self.policy.next_renewal(sent_at)),
@@ -154,19 +154,19 @@ class Run:
         self._lose(RunLost(reason, detail))
 
     def _lose(self, lost: RunLost) -> None:
-        if self._lost is None:
+        if self._lost is None:  # the first reason stays the reason
             self._lost = lost
-            if self._task is not asyncio.current_task():
-                self._task.cancel()
+        if self._task is not asyncio.current_task():
+            self._task.cancel()
 
     async def release(self) -> bool:
-        """Stop renewing and give the lease up; true when it was still held."""
-        held = self.lost is None
-        self._lose(RunLost(RELEASED, "this session released the run"))
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        if not held:
+        """Stop renewing and give the lease up; true when the gateway still
+        had it live under this owner and fence (a lost run answers false)."""
+        if self._released:
             return False
+        self._released = True
+        self._lose(RunLost(RELEASED, "this session released the run"))
+        await asyncio.wait([self._task])  # the renewal has stopped (our own cancel propagates)
         try:
             return await self._api.release(self.resource, self.owner, self.fence)
         except (GatewayUnreachable, LeaseApiProblem):

@@ -17,6 +17,7 @@ it answers a ``ToolAnswer`` whose ``text`` starts with a code when
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -64,7 +65,11 @@ def derived_key(tool: str, resource: str, args: dict[str, Any]) -> str:
 class RunTools:
     """One run's tools against the gateway at ``gateway_url``, as the client
     of ``api_key``. ``default_sender``: the ``from`` of an email that names
-    none. Close it (or use ``async with``): the run is released."""
+    none. Make it inside a coroutine (it opens an HTTP session on the running
+    loop) and close it (or use ``async with``): the run is released.
+
+    Calls may overlap; claiming and releasing are serialised, so one
+    ``RunTools`` never holds two runs."""
 
     specs = specs.TOOLS
 
@@ -75,6 +80,7 @@ class RunTools:
         self._gw = gwc.GatewayClient(gateway_url, api_key, session=self._http)
         self._sender = default_sender
         self.run: Run | None = None
+        self._claiming = asyncio.Lock()
 
     async def __aenter__(self) -> RunTools:
         return self
@@ -85,8 +91,9 @@ class RunTools:
 
     async def close(self) -> None:
         """Release the run (if held) and close the HTTP session."""
-        if self.run is not None:
-            await self.run.release()
+        async with self._claiming:
+            if self.run is not None:
+                await self.run.release()
         await self._http.close()
 
     async def call(self, name: str, args: Any) -> ToolAnswer:
@@ -113,6 +120,10 @@ class RunTools:
                 **({"reason": lost.reason} if lost is not None else {})}
 
     async def _claim_run(self, args: dict[str, Any]) -> ToolAnswer:
+        async with self._claiming:
+            return await self._claim(args)
+
+    async def _claim(self, args: dict[str, Any]) -> ToolAnswer:
         resource, ttl = args["resource"], float(args.get("ttl_seconds",
                                                          specs.DEFAULT_TTL_SECONDS))
         run = self.run
@@ -136,8 +147,9 @@ class RunTools:
     async def _release_run(self, args: dict[str, Any]) -> ToolAnswer:
         if self.run is None:
             return _error("no_run", "no run was claimed in this session")
-        run, held = self.run, self.run.lost is None
-        released = await run.release()
+        async with self._claiming:
+            run, held = self.run, self.run.lost is None
+            released = await run.release()
         return _ok({"resource": run.resource, "fence": run.fence,
                     "released": released and held})
 

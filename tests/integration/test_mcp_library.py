@@ -7,6 +7,7 @@ a released run sends nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from langchain_core.tools import StructuredTool
@@ -107,3 +108,18 @@ async def test_the_run_is_kept_renewed_over_the_lease_api(gw: Gw) -> None:
         assert not sent.is_error and sent.data["fence"] == claimed.data["fence"], sent.text
     assert len(gw.smtp.deliveries) == 1
     assert (await gw.leases.show("run:kept")).live is False  # released on close
+
+
+async def test_overlapping_claims_leave_one_run(gw: Gw) -> None:
+    """A framework that runs tool calls in parallel: two claims of two runs
+    at once end with one run held and the other never claimed."""
+    async with RunTools(gw.url, API_KEY) as run:
+        answers = await asyncio.gather(
+            run.call("claim_run", {"resource": "run:one"}),
+            run.call("claim_run", {"resource": "run:two"}))
+        assert sorted(a.is_error for a in answers) == [False, True]
+        [won] = [a for a in answers if not a.is_error]
+        [lost] = [a for a in answers if a.is_error]
+        assert lost.text.startswith("run_held")
+        other = "run:two" if won.data["resource"] == "run:one" else "run:one"
+        assert await gw.leases.show(other) is None
