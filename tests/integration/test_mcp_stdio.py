@@ -46,9 +46,11 @@ async def test_the_tools_are_listed_with_schemas_and_honest_annotations(stack: S
                      "run_status": (True, False, True)}
 
 
-async def test_a_repeated_identical_email_is_replayed_and_lands_once(stack: Stack) -> None:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28, or the handshake
+async def test_a_repeated_identical_email_is_replayed_and_lands_once(
+        stack: Stack, mode: str) -> None:
     email = {"to": ["lead@example.com"], "subject": "Hello", "text": "Glad to meet you."}
-    async with Client(stdio_params(stack)) as client:
+    async with Client(stdio_params(stack), mode=mode) as client:
         error, text, _ = await call(client, "send_email", **email)
         assert error and text.startswith("no_run") and "claim_run" in text
         assert not stack.smtp.deliveries
@@ -56,6 +58,7 @@ async def test_a_repeated_identical_email_is_replayed_and_lands_once(stack: Stac
         error, text, run = await call(client, "claim_run", resource="run:mail-1")
         assert not error, text
         assert run["held"] and run["fence"] > 0
+        assert client.protocol_version == ("2026-07-28" if mode == "auto" else "2025-11-25")
 
         error, text, first = await call(client, "send_email", **email)
         assert not error, text
