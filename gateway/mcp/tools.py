@@ -132,6 +132,8 @@ class RunTools:
                 return _ok(self._status(run))
             return _error("run_held", f"this session already works on {run.resource}; "
                           "call release_run before claiming another run")
+        if run is not None:  # lost here, perhaps still live there within the margin
+            await run.release()
         try:
             claimed = await Run.claim(self._api, resource, ttl)
         except LeaseApiProblem as exc:

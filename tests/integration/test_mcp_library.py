@@ -73,6 +73,8 @@ async def test_a_run_taken_over_unnoticed_is_refused_by_the_gateway(gw: Gw, dsn:
             assert later.is_error and later.text.startswith("stale_fence")
             status = await run.call("run_status", {})
             assert status.data["held"] is False and status.data["reason"] == "stale_fence"
+            again = await run.call("claim_run", {"resource": "run:unnoticed"})
+            assert again.is_error and again.text.startswith("lease_held")  # the other's
     assert gw.smtp.deliveries == [] and gw.hook.deliveries == []
 
 
