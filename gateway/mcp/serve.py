@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from typing import Final
 
@@ -75,9 +76,16 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     host, port = address
+    try:  # bound here, so a port in use is a message that names it, not a log line
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host
+                                    else socket.AF_INET)
+    except OSError as exc:
+        raise ConfigError(f"--http {args.http}: cannot listen there: "
+                          f"{exc.strerror or exc}") from None
     app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    print(f"fencegate mcp: serving MCP on http://{host}:{port}{HTTP_PATH} "
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    shown = f"[{host}]" if ":" in host else host
+    print(f"fencegate mcp: serving MCP on http://{shown}:{port}{HTTP_PATH} "
           f"(gateway {args.gateway})", file=sys.stderr, flush=True)
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -81,3 +81,19 @@ def test_the_command_refuses_with_a_clear_message(argv: list[str], env: dict[str
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr
     assert says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_is_named() -> None:
+    import os
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [*FENCEGATE, "mcp", "--gateway", "http://127.0.0.1:1", "--http", f"127.0.0.1:{port}"],
+            env={**os.environ, "FENCEGATE_API_KEY": "k"}, capture_output=True, text=True,
+            timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr and "in use" in done.stderr
+    assert "Traceback" not in done.stderr
