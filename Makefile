@@ -21,8 +21,9 @@ VENV := $(if $(filter file,$(origin PYTHON)),.venv,.venv-$(PYTHON_VERSION))
 BIN := $(VENV)/bin
 # the embedded PostgreSQL is an extra, needed only without a database of your own
 comma := ,
-# recipes: the packages docs/recipes/ uses, run by the tests (tests/docs/)
-EXTRAS := dev$(comma)recipes$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
+# recipes: the packages docs/recipes/ uses, run by the tests (tests/docs/); mcp: the
+# SDK of `fencegate mcp`, tested by tests/integration/test_mcp_*.py
+EXTRAS := dev$(comma)recipes$(comma)mcp$(if $(FENCEGATE_DATABASE_URL),,$(comma)embedded)
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
 BENCH_STAMP := $(VENV)/.installed-bench

@@ -17,6 +17,7 @@ import asyncpg
 
 from gateway.errors import ConfigError
 from gateway.ledger import Ledger
+from gateway.mcp import serve as mcp_serve
 from gateway.wire import EffectState
 from leases import Database, formats, jobs_cli, logs
 from leases import cli as leases_cli
@@ -191,6 +192,7 @@ def parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
     leases_cli.add_commands(sub)
     jobs_cli.add_commands(sub)
+    mcp_serve.add_command(sub)
 
     effects = sub.add_parser("effects", help="inspect and resolve effects")
     verbs = effects.add_subparsers(dest="verb", required=True)

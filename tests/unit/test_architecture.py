@@ -95,3 +95,22 @@ def test_the_import_graph_has_no_cycles() -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+def test_the_agents_tools_need_nothing_of_the_server() -> None:
+    allowed = {"gateway", "gateway.client", "gateway.wire", "gateway.errors", "leases",
+               "leases.policy", "leases.clock"}
+    for module, deps in _imports().items():
+        if module.startswith("gateway.mcp"):
+            outside = {d for d in deps if not d.startswith("gateway.mcp")} - allowed
+            assert not outside, (module, outside)
+
+
+def test_only_the_mcp_server_imports_the_mcp_sdk() -> None:
+    for path in (ROOT / "gateway").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree)
+                  if isinstance(n, ast.ImportFrom) and not n.level}
+        if any(m == "mcp" or m.startswith(("mcp.", "mcp_types")) for m in names):
+            assert path.name in ("server.py", "serve.py") and path.parent.name == "mcp", path
