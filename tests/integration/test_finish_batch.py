@@ -106,3 +106,42 @@ async def test_a_batch_with_one_key_twice_ends_it_once(pool: asyncpg.Pool) -> No
     assert sorted((r["ord"], r["done"]) for r in rows) == [(1, "succeeded"), (2, "gone")]
     assert await pool.fetchval("SELECT inflight FROM fencegate_leases "
                                "WHERE resource = 'run:t'") == 0
+
+
+async def test_an_end_without_a_resource_is_recorded_beside_a_busy_one(
+    pool: asyncpg.Pool,
+) -> None:
+    """An entry with no resource (NULL) in a batch that also holds a busy
+    entry: the loop records it (its lease row is looked up by the effect's
+    own resource), so the set-based path must too, not answer it gone and
+    leave its attempt in flight, counted in the barrier. The same batch is
+    played down both paths (an unknown end of a key of its own sends one
+    through the loop)."""
+    ledger = Ledger(LeaseClient(pool=pool, owner="gateway", timeout=10))
+    done = {}
+    for side, last in (("fast", "succeeded"), ("slow", "unknown")):
+        fences = {}
+        for r in ("one", "held"):
+            lease = await LeaseClient(pool=pool, owner="worker").claim(f"{side}:{r}", ttl=120)
+            assert lease is not None
+            fences[r] = lease.fence
+        attempts = {k: new_attempt() for k in ("a", "h", "z")}
+        for key, r in (("a", "one"), ("h", "held"), ("z", "one")):
+            admission = await ledger.admit("agents", f"{side}-{key}", key.encode(),
+                                           f"{side}:{r}", fences[r], "hook", attempts[key],
+                                           60.0, 0.0)
+            assert admission.verdict == "admitted"
+        entries = [
+            ["agents", f"{side}-a", attempts["a"], None, "succeeded", 200, "{}", b"ok", "s"],
+            ["agents", f"{side}-h", attempts["h"], f"{side}:held", "succeeded", 200, "{}",
+             b"ok", "s"],
+            ["agents", f"{side}-z", attempts["z"], f"{side}:one", last,
+             200 if last == "succeeded" else None, None, None, "s"]]
+        done[side] = await _run(pool, entries, f"{side}:held")
+    assert done["slow"] == ["succeeded", "busy", "unknown"]
+    assert done["fast"] == ["succeeded", "busy", "succeeded"]
+    assert await pool.fetchval("SELECT state FROM fencegate_effects "
+                               "WHERE idempotency_key = 'fast-a'") == "succeeded"
+    # both ends on fast:one left its barrier
+    assert await pool.fetchval("SELECT inflight FROM fencegate_leases "
+                               "WHERE resource = 'fast:one'") == 0
