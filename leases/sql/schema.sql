@@ -920,7 +920,7 @@ BEGIN
         PERFORM 1 FROM fencegate_effects f
           JOIN unnest(p_client, p_key, p_attempt, p_resource) AS t(c, k, a, r)
             ON f.client = t.c AND f.idempotency_key = t.k AND f.attempt = t.a
-         WHERE NOT t.r = ANY (busy)
+         WHERE t.r IS NULL OR NOT t.r = ANY (busy)  -- a NULL one is no busy one
          ORDER BY t.c COLLATE "C", t.k COLLATE "C"
            FOR NO KEY UPDATE OF f;
         RETURN QUERY
@@ -935,7 +935,7 @@ BEGIN
                    updated_at = clock_timestamp()
               FROM t
              WHERE f.client = t.c AND f.idempotency_key = t.k AND f.attempt = t.a
-               AND NOT t.r = ANY (busy)
+               AND (t.r IS NULL OR NOT t.r = ANY (busy))
             RETURNING t.i, f.resource, f.fence
         ), released AS (
             -- as many decrements as ends, each only while inflight > 0
