@@ -31,3 +31,11 @@ def test_bad_input_gets_a_clear_error(dsn: str, argv: tuple[str, ...]) -> None:
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode != 0
     assert done.stderr.strip(), "no word of what was wrong"
+
+
+@pytest.mark.parametrize("seconds", ["1e-12", "1e-320"])
+def test_a_unique_window_too_short_to_number_is_named(dsn: str, seconds: str) -> None:
+    """The window's number (the epoch over the period) past bigint answered
+    "bigint out of range", naming nothing the user gave."""
+    done = run(dsn, "jobs", "enqueue", "mail", "--unique-key", "k", "--unique-for", seconds)
+    assert done.returncode == 2 and "unique_for" in done.stderr, done.stderr
