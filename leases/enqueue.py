@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 #: holder completed, was cancelled, or its window ended meanwhile): the insert
 #: is tried again this many times
 UNIQUE_RETRIES = 5
+#: the shortest unique window: the window's number, the epoch over its
+#: length, must fit a bigint (fencegate_unique_slot)
+MIN_UNIQUE_FOR = 0.001
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ def check(jobs: Sequence[NewJob]) -> None:
             if not (isinstance(j.unique_for, int | float) and math.isfinite(j.unique_for)
                     and j.unique_for > 0):
                 raise InvalidArgument("unique_for must be a positive number of seconds")
+            if j.unique_for < MIN_UNIQUE_FOR:
+                raise InvalidArgument(f"unique_for must be at least {MIN_UNIQUE_FOR} seconds")
         if j.unique_key is not None and not (isinstance(j.unique_key, str)
                                              and 1 <= len(j.unique_key) <= 255):
             raise InvalidArgument("a unique_key is 1 to 255 characters")

@@ -14,7 +14,7 @@ from . import formats, jobs_find, periodic_cli, sql
 from .cli import emit, run_with_pool
 from .client import LeaseClient
 from .errors import InvalidArgument
-from .queue import NewJob, Queue, job_view
+from .queue import NewJob, Queue, check_queue, job_view
 
 _COLUMNS = ("id", "state", "attempts", "max_attempts", "priority", "run_at", "ordering_key",
             "dedupe_key", "last_error")
@@ -52,6 +52,8 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> int:
         emit(args, job, jobs_find.describe(job))
         return 0
     if verb == "stats":
+        if args.queue is not None:
+            check_queue(args.queue)
         rows = await pool.fetch(sql.query("queue_stats"), args.queue)
         data = [dict(r) for r in rows]
         emit(args, {"stats": data}, table(data, ("queue", "state", "jobs")))
@@ -109,8 +111,13 @@ async def _enqueue(args: argparse.Namespace, q: Queue) -> int:
     except ValueError:
         print("fencegate: --payload must be JSON", file=sys.stderr)
         return 2
-    run_at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=args.delay)
-              if args.delay else None)
+    try:
+        run_at = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=args.delay)
+                  if args.delay else None)
+    except (OverflowError, ValueError):  # nan, inf, or past the year 9999
+        print("fencegate: --delay must be a number of seconds that ends before the "
+              "year 9999", file=sys.stderr)
+        return 2
     try:
         [done] = await q.enqueue_reporting([NewJob(
             payload, dedupe_key=args.dedupe_key, ordering_key=args.ordering_key,

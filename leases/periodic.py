@@ -99,7 +99,20 @@ def latest_tick(schedule: Schedule, now: dt.datetime) -> dt.datetime:
     # now, truncated (ticks fall on whole seconds)
     start = _local(schedule, now) + dt.timedelta(seconds=1)
     tick: dt.datetime = croniter(schedule.cron, start).get_prev(dt.datetime)
-    return tick.astimezone(dt.UTC)
+    tick = tick.astimezone(dt.UTC)
+    # Across a daylight saving change get_prev can answer an earlier tick
+    # than the latest (it reads a repeated local hour as its first instance)
+    # while get_next counts both: make the answer agree with next_tick. Gallop
+    # back from now to the first window that holds a tick, then step forward.
+    if next_tick(schedule, tick) <= now:
+        back = dt.timedelta(seconds=1)
+        while now - back > tick and next_tick(schedule, now - back) > now:
+            back *= 2
+        if now - back > tick:
+            tick = next_tick(schedule, now - back)
+        while (following := next_tick(schedule, tick)) <= now:
+            tick = following
+    return tick
 
 
 def next_tick(schedule: Schedule, now: dt.datetime) -> dt.datetime:

@@ -40,11 +40,16 @@ SELECT j.id, j.unique_key
 -- drain barrier), so a job whose previous holder still has an effect in
 -- flight stays queued. A paused queue claims nothing: its row in
 -- fencegate_queues is locked FOR SHARE, which a pause waits for and a claim
--- behind a pause rechecks (fencegate_queues, schema.sql).
-WITH open AS (
-    SELECT q.queue FROM fencegate_queues q
+-- behind a pause rechecks (fencegate_queues, schema.sql). Before the row, a
+-- shared advisory lock on the queue (key: its name hashed with seed 413): a
+-- pause's exclusive one queues the claims that start after it, which a row
+-- share lock would not (share locks join share locks past a waiting update).
+WITH gate AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 413))
+), open AS (
+    SELECT q.queue FROM fencegate_queues q, gate
      WHERE q.queue = $1 AND q.paused_at IS NULL
-       FOR SHARE
+       FOR SHARE OF q
 ), picked AS (
     SELECT j.id, j.resource
       FROM fencegate_jobs j
@@ -194,7 +199,12 @@ SELECT id, queue, state FROM fencegate_jobs WHERE id = ANY($1::bigint[]);
 -- name: pause_queue
 -- Pause queue $1: no claim of it commits once this has (fencegate_queues).
 -- Answers since when it is paused (a queue paused already stays as it was).
-INSERT INTO fencegate_queues AS q (queue, paused_at) VALUES ($1, clock_timestamp())
+-- The exclusive advisory lock (claim_jobs' gate) first: claims that start
+-- while this waits for the ones in flight wait behind it.
+WITH gate AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtextextended($1, 413))
+)
+INSERT INTO fencegate_queues AS q (queue, paused_at) SELECT $1, clock_timestamp() FROM gate
 ON CONFLICT (queue) DO UPDATE SET paused_at = coalesce(q.paused_at, clock_timestamp())
 RETURNING paused_at;
 

@@ -1118,7 +1118,11 @@ CREATE INDEX fencegate_jobs_finished ON fencegate_jobs (finished_at)
 -- paused_at is NULL; pausing updates the row, so it waits for the claims in
 -- flight to commit, and a claim that waited for the pause reads the newest
 -- row (READ COMMITTED rechecks a locked row): once a pause has committed, no
--- claim of that queue commits.
+-- claim of that queue commits. Claims also take a shared advisory lock on the
+-- queue (its name hashed with seed 413) and a pause an exclusive one, first:
+-- the claims that start while a pause waits queue behind it (a row's share
+-- locks would let them in beside the ones it waits for, and a stream of
+-- overlapping claims would hold the pause off).
 CREATE TABLE fencegate_queues (
     queue       text        PRIMARY KEY CHECK (queue ~ '^[A-Za-z0-9._-]{1,100}$'),
     paused_at   timestamptz,
