@@ -49,7 +49,7 @@ class FunctionTool:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # nested too deep: RecursionError
                 return ToolAnswer("bad_request: the arguments are not JSON", True,
                                   {"error": "bad_request"})
         if arguments is not None and not isinstance(arguments, dict):

@@ -4,6 +4,7 @@ a model can correct its call. Pure; nothing here raises but ``BadArguments``."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -31,10 +32,24 @@ def check(schema: Mapping[str, Any], arguments: Any) -> dict[str, Any]:
     for name in schema.get("required", ()):
         if arguments.get(name) is None:
             raise BadArguments(f"{name!r} is required")
-    for name, value in arguments.items():
-        if value is not None and name in props:
-            _value(name, props[name], value)
+    try:
+        for name, value in arguments.items():
+            if value is not None and name in props:
+                _encodable(name, value)
+                _value(name, props[name], value)
+    except RecursionError:
+        raise BadArguments("the arguments are nested too deep") from None
     return {k: v for k, v in arguments.items() if v is not None}
+
+
+def _encodable(name: str, value: Any) -> None:
+    """What JSON can carry, and only that: a library caller may hand a set,
+    bytes or NaN that the derived key and the gateway's body cannot encode."""
+    try:
+        json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError):
+        raise BadArguments(f"{name!r} must be plain JSON (objects with string keys, "
+                           "arrays, strings, finite numbers, booleans, null)") from None
 
 
 def _value(name: str, schema: Mapping[str, Any], value: Any) -> None:
