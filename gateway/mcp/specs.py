@@ -33,7 +33,7 @@ _ADDRESS = {"type": "string", "minLength": 3, "maxLength": 320}
 _ADDRESSES = {"type": "array", "items": _ADDRESS, "minItems": 1, "maxItems": 100}
 
 _STOP_NOTE = ("If the answer is an error starting with stale_fence, lease_expired, no_lease, "
-              "invalid_fence or run_lost, this run is no longer yours: stop working on it.")
+              "invalid_fence or run_released, this run is no longer yours: stop working on it.")
 
 
 @dataclass(frozen=True)
