@@ -120,17 +120,3 @@ async def test_garbage_on_stdin_leaves_the_session_and_stdout_pure(stack: Stack)
     assert by_id[3]["result"]["isError"]  # bad arguments: a tool error
     assert "error" in by_id[4] or by_id[4]["result"]["isError"]  # SDK refuses [] args
     assert API_KEY.encode() not in err and not any(API_KEY.encode() in o for o in out)
-
-
-@pytest.mark.xfail(strict=True, reason="the SDK drops a request nested deeper than its "
-                   "parser's limit without answering it: the client waits forever")
-async def test_a_request_nested_too_deep_is_answered(stack: Stack) -> None:
-    deep = b"[" * 300 + b"]" * 300
-    lines = [_rpc(1, "initialize", INIT),
-             b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n',
-             b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"http_request",'
-             b'"arguments":{"provider":"hook","method":"POST","path":"x","json":' + deep +
-             b"}}}\n",
-             _rpc(3, "tools/list")]
-    out, _ = await asyncio.to_thread(_stdio, stack, lines, {1, 2, 3})
-    assert 2 in {json.loads(line).get("id") for line in out}, out
