@@ -15,21 +15,39 @@ from email.message import EmailMessage, Message
 from email.parser import BytesParser
 from email.policy import SMTP, compat32
 from email.utils import formatdate
+from typing import Any
 
 from gateway.api.email_body import addr_spec
 from gateway.effects.fingerprint import message_id
 from gateway.providers.base import EmailCall
 from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN
 
+#: header values this long or shorter are parsed once and the header kept
+#: (``_HeaderClasses.__call__``)
+PARSED_CHARS = 256
+
 
 class _HeaderClasses(HeaderRegistry):
     """The standard header classes, each made once: the stdlib's registry
     builds a new class on every lookup, a tenth of the time of building a
-    message (bench/NOTES.md)."""
+    message (bench/NOTES.md). And short headers, each parsed once: a header
+    object is immutable (a str, its parse in tuples), so the same From, To
+    and Subject of the next email are the same object; the email package's
+    parse and refold of each were half the time of building a message."""
 
     @functools.lru_cache(maxsize=512)  # noqa: B019 (one instance, as long as the process)
     def __getitem__(self, name: str) -> type[BaseHeader]:
         return super().__getitem__(name)
+
+    def __call__(self, name: str, value: str) -> BaseHeader:
+        if len(value) > PARSED_CHARS:
+            return super().__call__(name, value)
+        return self._parsed(name, str(value))
+
+    @functools.lru_cache(maxsize=2048)  # noqa: B019 (one instance, as long as the process)
+    def _parsed(self, name: str, value: str) -> BaseHeader:
+        # a parse that raises is not kept: the next one raises again
+        return super().__call__(name, value)
 
 
 #: email.policy.SMTP (CRLF line ends, RFC 2047 where needed), its header classes cached
@@ -67,18 +85,26 @@ def _verified(msg: EmailMessage, addresses: dict[str, list[str]]) -> bytes:
     if _header_names(back) != _header_names(msg):
         raise Unbuildable("its headers would not be the ones set (a value holds a line "
                           "break, or an encoded word that decodes to one)")
-    _same_addresses(data, addresses)
+    _same_addresses(back, addresses)
     return data
 
 
-def _same_addresses(data: bytes, addresses: dict[str, list[str]]) -> None:
+def _read_back(back: Message, name: str) -> list[Any]:
+    """Every ``name`` header of the message read back, as the SMTP policy
+    parses it: what ``BytesParser(policy=SMTP_POLICY)`` would give, without
+    a second parse of the bytes (both policies split header lines alike;
+    the SMTP policy parses a value when it is fetched)."""
+    return [SMTP_POLICY.header_fetch_parse(k, v) for k, v in back.raw_items()
+            if k.lower() == name.lower()]
+
+
+def _same_addresses(back: Message, addresses: dict[str, list[str]]) -> None:
     """Every address header, read back as receivers read it (encoded words
     decoded), names exactly the addr-specs validated, one per address given:
     a display name the email package decoded into another address, a list
     or a group is caught here, whatever this interpreter does with it."""
-    back = BytesParser(policy=SMTP_POLICY).parsebytes(data, headersonly=True)
     for name, want in addresses.items():
-        got = [a.addr_spec for h in back.get_all(name, []) for a in h.addresses]
+        got = [a.addr_spec for h in _read_back(back, name) for a in h.addresses]
         if got != [addr_spec(v) for v in want]:
             raise Unbuildable(f"its {name} header would not read back as the addresses "
                               "given (a display name that decodes to another address, a "
