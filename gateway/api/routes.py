@@ -20,8 +20,7 @@ from gateway.api.request import client_of, gw_of, read_body, read_json
 from gateway.effects.effect import Effect, run_effect
 from gateway.effects.fingerprint import NestedTooDeep
 from gateway.effects.ratelimit import retry_after_header
-from gateway.providers import Provider
-from gateway.providers.http import forwarded_headers
+from gateway.providers import HttpCall, Provider
 from gateway.state import Gateway
 from leases import database, migrate
 from leases import policy as lease_policy
@@ -112,16 +111,16 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     path = parsing.provider_path(raw_path[len(prefix):])
     provider = provider_named(gw, name, "http")
     check_provider(client_of(request), name, path)
-    forwarded = dict(request.headers)
-    parsing.utf8_headers(forwarded_headers(forwarded))
     body = await read_body(request)
     try:
         effect = Effect.http(
             client_of(request).name, headers, provider, method=request.method, path=path,
-            query=request.rel_url.raw_query_string, forwarded=forwarded,
+            query=request.rel_url.raw_query_string, forwarded=dict(request.headers),
             body=body, content_type=request.content_type)
     except NestedTooDeep:
         raise parsing.bad("body", "is JSON nested too deeply") from None
+    assert isinstance(effect.call, HttpCall)
+    parsing.utf8_headers(effect.call.forwarded)
     return await run_effect(gw, effect)
 
 

@@ -28,13 +28,13 @@ What a jsonb string cannot hold (a NUL, a lone surrogate) is shown as U+FFFD.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from gateway.providers import EmailCall, HttpCall
-from gateway.providers.http import forwarded_headers
 from leases.redact import MASK, redact_head, secret_name
 
 #: entries kept of each list (recipients, attachments, header names)
@@ -43,6 +43,9 @@ MAX_ITEMS = 20
 MAX_CHARS = 200
 #: characters read of each string: redacted, then cut to ``MAX_CHARS``
 REDACTED_CHARS = 512
+#: strings this long or shorter are redacted once and the answer kept
+#: (``_short_text``): at most 4,096 of them, about half a megabyte
+KEPT_CHARS = 128
 #: what no jsonb string holds: NUL (\u0000 is refused), a lone surrogate (no UTF-8)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
@@ -56,6 +59,20 @@ _WORDS = re.compile(r"[^A-Za-z0-9]+")
 
 def text(value: str) -> str:
     """A caller's string, its head redacted, then cut to ``MAX_CHARS``."""
+    if len(value) <= KEPT_CHARS:
+        return _short_text(value)
+    return _text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_text(value: str) -> str:
+    """``_text`` of a short string, kept: the same senders, recipients,
+    header names and subjects come back request after request, and
+    redaction (a dozen patterns) is a pure function of the string."""
+    return _text(value)
+
+
+def _text(value: str) -> str:
     cleaned = _UNSTORABLE.sub("\ufffd", redact_head(value, REDACTED_CHARS))
     if len(cleaned) <= MAX_CHARS and len(value) <= REDACTED_CHARS:
         return cleaned
@@ -113,7 +130,7 @@ def email_summary(call: EmailCall) -> dict[str, Any]:
 def http_summary(call: HttpCall, content_type: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": "http", "method": call.method,
                            "path": target(call.path, call.query)}
-    _bounded(out, "headers", list(forwarded_headers(call.headers)), text)
+    _bounded(out, "headers", list(call.forwarded), text)
     out["body_bytes"] = len(call.body)
     out["content_type"] = text(content_type) if call.body and content_type else None
     return out

@@ -41,6 +41,29 @@ class Call:
         return derived_key(self.client, self.key)
 
 
+#: never forwarded from the caller: hop-by-hop, and the gateway's own
+DROPPED_REQUEST_HEADERS = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length", "authorization", "cookie",
+    "fence-resource", "fence-token", "idempotency-key", "accept-encoding", "expect",
+    "webhook-id", "webhook-timestamp", "webhook-signature", "fence-signature", "forwarded",
+    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "via",
+})
+
+
+def forwarded_headers(caller: dict[str, str]) -> dict[str, str]:
+    """The caller's headers that may reach the provider: none of
+    ``DROPPED_REQUEST_HEADERS``, and none a Connection header names (hop by
+    hop, RFC 9110 7.6.1), whatever the letter case of either."""
+    connection_named = {
+        h.strip().lower()
+        for name, value in caller.items() if name.lower() == "connection"
+        for h in value.split(",") if h.strip()
+    }
+    return {k: v for k, v in caller.items()
+            if k.lower() not in DROPPED_REQUEST_HEADERS and k.lower() not in connection_named}
+
+
 @dataclass(frozen=True)
 class HttpCall(Call):
     """A request to forward to an HTTP provider."""
@@ -50,6 +73,12 @@ class HttpCall(Call):
     query: str  #: as the caller sent it, still percent-encoded
     headers: dict[str, str] = field(default_factory=dict)  #: the caller's, to filter
     body: bytes = b""
+
+    @functools.cached_property
+    def forwarded(self) -> dict[str, str]:
+        """The caller's headers that may be forwarded (``forwarded_headers``),
+        filtered once for the checks, the summary and the request."""
+        return forwarded_headers(self.headers)
 
 
 @dataclass(frozen=True)

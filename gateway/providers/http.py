@@ -60,14 +60,6 @@ from gateway.wire import (
     header_text,
 )
 
-#: never forwarded from the caller: hop-by-hop, and the gateway's own
-DROPPED_REQUEST_HEADERS = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length", "authorization", "cookie",
-    "fence-resource", "fence-token", "idempotency-key", "accept-encoding", "expect",
-    "webhook-id", "webhook-timestamp", "webhook-signature", "fence-signature", "forwarded",
-    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "via",
-})
 #: the provider's answer headers handed back (content headers)
 KEPT_RESPONSE_HEADERS = ("Content-Type", "Content-Language", "Content-Disposition", "ETag",
                          "Last-Modified", "Location", "Cache-Control")
@@ -97,14 +89,6 @@ def _failure(e: BaseException) -> Outcome:
     return problem_outcome("unknown", "provider_timeout",
                            f"the connection to the provider was lost ({type(e).__name__}); "
                            "the request may have reached it", "http connection lost")
-
-
-def forwarded_headers(caller: dict[str, str]) -> dict[str, str]:
-    connection_named = {
-        h.strip().lower() for h in caller.get("Connection", "").split(",") if h.strip()
-    }
-    return {k: v for k, v in caller.items()
-            if k.lower() not in DROPPED_REQUEST_HEADERS and k.lower() not in connection_named}
 
 
 class _GatedConnector(aiohttp.TCPConnector):
@@ -184,7 +168,7 @@ class HttpProvider:
         sent), then the gateway's: replaced, never appended."""
         own = self.own_headers(call, call.body)
         owned = {name.lower() for name in own}
-        headers = {k: v for k, v in forwarded_headers(call.headers).items()
+        headers = {k: v for k, v in call.forwarded.items()
                    if k.lower() not in owned}
         headers.update(own)
         return headers

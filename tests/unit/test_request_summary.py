@@ -151,3 +151,26 @@ def test_a_query_credential_under_a_short_name_is_blanked(name: str) -> None:
     the console."""
     assert target("maps/geocode", f"address=Main+St&{name}=AIzaSyD-not-for-the-page") == \
         f"maps/geocode?address=Main+St&{name}=***"
+
+
+@pytest.mark.parametrize("value", [
+    "Bearer sk_live_abcdef", "agent@example.com", "https://bot:pw@crm.example.com/x",
+    "nul\x00here", "x" * summary.KEPT_CHARS, "password=hunter2",
+])
+def test_a_string_reads_the_same_the_second_time(value: str) -> None:
+    """Short strings are redacted once and the answer kept (the same
+    senders and header names come back request after request): what is
+    kept is what redacting it afresh gives, every time it is asked."""
+    fresh = summary._text(value)
+    assert text(value) == fresh and text(value) == fresh
+
+
+@pytest.mark.parametrize("connection", ["Connection", "connection", "CONNECTION"])
+def test_headers_a_connection_header_names_are_never_forwarded(connection: str) -> None:
+    """A header the caller's Connection header names is hop by hop (RFC 9110
+    7.6.1), however either is spelt: a lowercase ``connection`` left
+    the headers it named in the request to the provider (and its summary)."""
+    call = HttpCall("agents", "k", "run:1", 1, method="POST", path="x", query="",
+                    headers={connection: "keep-alive, X-Hop", "x-hop": "1", "X-Kept": "2"})
+    assert call.forwarded == {"X-Kept": "2"}
+    assert http_summary(call, None)["headers"] == ["X-Kept"]
