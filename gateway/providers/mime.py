@@ -10,6 +10,7 @@ under (``Fence-Resource``, ``Fence-Token``).
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage, Message
 from email.parser import BytesParser
@@ -25,6 +26,13 @@ from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN
 #: header values this long or shorter are parsed once and the header kept
 #: (``_HeaderClasses.__call__``)
 PARSED_CHARS = 256
+#: the most characters of header values kept at once, least recently used
+#: dropped first. A header's parse holds about a kilobyte per character of
+#: an address list (a 254-character To of 32 addresses: 1,705 objects, 246
+#: KiB), so this bounds what any caller's headers can make the process hold
+#: to about 8 MiB; a sender, a recipient and a subject of 30 characters
+#: each leave room for 90 emails' worth of distinct ones.
+KEPT_CHARS = 8 * 1024
 
 
 class _FoldedOnce(BaseHeader):
@@ -54,15 +62,31 @@ class _HeaderClasses(HeaderRegistry):
     def __getitem__(self, name: str) -> type[BaseHeader]:
         return super().__getitem__(name)
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._kept: OrderedDict[tuple[str, str], BaseHeader] = OrderedDict()
+        self.kept_chars = 0
+
     def __call__(self, name: str, value: str) -> BaseHeader:
         if len(value) > PARSED_CHARS:
             return super().__call__(name, value)
-        return self._parsed(name, str(value))
+        key = (name, str(value))
+        header = self._kept.get(key)
+        if header is not None:
+            self._kept.move_to_end(key)
+            return header
+        header = super().__call__(name, value)  # one that raises is not kept
+        self._kept[key] = header
+        self.kept_chars += len(name) + len(key[1])
+        while self.kept_chars > KEPT_CHARS:
+            (old_name, old_value), _ = self._kept.popitem(last=False)
+            self.kept_chars -= len(old_name) + len(old_value)
+        return header
 
-    @functools.lru_cache(maxsize=2048)  # noqa: B019 (one instance, as long as the process)
-    def _parsed(self, name: str, value: str) -> BaseHeader:
-        # a parse that raises is not kept: the next one raises again
-        return super().__call__(name, value)
+    def forget(self) -> None:
+        """Drop every kept header (tests measure from empty)."""
+        self._kept.clear()
+        self.kept_chars = 0
 
 
 #: email.policy.SMTP (CRLF line ends, RFC 2047 where needed), its header classes cached
