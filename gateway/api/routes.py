@@ -21,6 +21,7 @@ from gateway.effects.effect import Effect, run_effect
 from gateway.effects.fingerprint import NestedTooDeep
 from gateway.effects.ratelimit import retry_after_header
 from gateway.providers import HttpCall, Provider
+from gateway.providers.base import caller_headers
 from gateway.state import Gateway
 from leases import database, migrate
 from leases import policy as lease_policy
@@ -115,8 +116,9 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     try:
         effect = Effect.http(
             client_of(request).name, headers, provider, method=request.method, path=path,
-            query=request.rel_url.raw_query_string, forwarded=dict(request.headers),
-            body=body, content_type=request.content_type)
+            query=request.rel_url.raw_query_string,
+            forwarded=caller_headers(request.headers.items()), body=body,
+            content_type=request.content_type)
     except NestedTooDeep:
         raise parsing.bad("body", "is JSON nested too deeply") from None
     assert isinstance(effect.call, HttpCall)

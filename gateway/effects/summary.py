@@ -44,7 +44,7 @@ MAX_CHARS = 200
 #: characters read of each string: redacted, then cut to ``MAX_CHARS``
 REDACTED_CHARS = 512
 #: strings this long or shorter are redacted once and the answer kept
-#: (``_short_text``): at most 4,096 of them, about half a megabyte
+#: (``_short_text``): at most 4,096 of them, 1 to 3 MiB
 KEPT_CHARS = 128
 #: what no jsonb string holds: NUL (\u0000 is refused), a lone surrogate (no UTF-8)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

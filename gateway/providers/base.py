@@ -14,6 +14,7 @@ it is said:
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,6 +50,20 @@ DROPPED_REQUEST_HEADERS = frozenset({
     "webhook-id", "webhook-timestamp", "webhook-signature", "fence-signature", "forwarded",
     "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "via",
 })
+
+
+def caller_headers(lines: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The caller's header lines as one field each, under the name's first
+    spelling, its lines' values joined by ", " (RFC 9110 5.3): a dict of
+    the request's headers kept one line of a repeated field, so a header
+    named only on a second Connection line was forwarded, and a repeated
+    field reached the provider with its first value only."""
+    fields: dict[str, str] = {}
+    spelling: dict[str, str] = {}
+    for name, value in lines:
+        key = spelling.setdefault(name.lower(), name)
+        fields[key] = f"{fields[key]}, {value}" if key in fields else value
+    return fields
 
 
 def forwarded_headers(caller: dict[str, str]) -> dict[str, str]:

@@ -197,3 +197,22 @@ async def test_a_header_that_is_not_utf8_is_not_forwarded_altered(
     assert status == 400 and b'"bad_request"' in data and b"X-Amount" in data, data
     assert gw.hook.deliveries == []
     assert await gw.effect_state("k-hdr") is None
+
+
+async def test_every_line_of_a_repeated_header_counts(gw: Gw) -> None:
+    """A header the caller names on a second Connection line is hop by hop
+    too, and a repeated field reaches the provider whole, as one field of
+    its values joined (RFC 9110 5.3): the gateway read one line of each, so
+    ``Connection: close`` then ``Connection: X-Hop`` forwarded X-Hop, and
+    ``X-A: a`` then ``x-a: b`` sent only ``a``."""
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    headers = [(b"Authorization", b"Bearer " + API_KEY.encode()),
+               (b"Fence-Resource", b"lead:7"), (b"Fence-Token", str(lease.fence).encode()),
+               (b"Idempotency-Key", b"dup-1"), (b"Connection", b"X-Hop"),
+               (b"X-Hop", b"secret-hop"), (b"X-A", b"a"), (b"x-a", b"b")]
+    status, _ = await raw(gw, request(headers, path=b"/v1/http/crm/contacts/7"))
+    assert status == 200
+    [d] = gw.hook.deliveries
+    assert d.header("X-Hop") is None
+    assert d.header("X-A") == "a, b"
