@@ -26,12 +26,19 @@ from gateway.wire import FENCE_RESOURCE, FENCE_TOKEN
 #: header values this long or shorter are parsed once and the header kept
 #: (``_HeaderClasses.__call__``)
 PARSED_CHARS = 256
+#: the headers kept: those the request checks validated (the addresses, the
+#: subject) and the gateway's own, less the Message-ID (new each effect). A
+#: caller's own headers are not: their syntax is unchecked, and a parse can
+#: hold 2.5 KB per character (``Resent-To: ,é,é,...``)
+KEPT_NAMES = frozenset({"from", "to", "cc", "reply-to", "subject", "date", "mime-version",
+                        "content-type", "content-transfer-encoding",
+                        FENCE_RESOURCE.lower(), FENCE_TOKEN.lower()})
 #: the most characters of header values kept at once, least recently used
-#: dropped first. A header's parse holds about a kilobyte per character of
-#: an address list (a 254-character To of 32 addresses: 1,705 objects, 246
-#: KiB), so this bounds what any caller's headers can make the process hold
-#: to about 8 MiB; a sender, a recipient and a subject of 30 characters
-#: each leave room for 90 emails' worth of distinct ones.
+#: dropped first. The parse of a validated header holds up to about a
+#: kilobyte per character (a 254-character To of 32 addresses: 1,705
+#: objects, 246 KiB), so this bounds what any caller's headers can make the
+#: process hold to about 8 MiB; a sender, a recipient and a subject of 30
+#: characters each leave room for 90 emails' worth of distinct ones.
 KEPT_CHARS = 8 * 1024
 
 
@@ -68,7 +75,7 @@ class _HeaderClasses(HeaderRegistry):
         self.kept_chars = 0
 
     def __call__(self, name: str, value: str) -> BaseHeader:
-        if len(value) > PARSED_CHARS:
+        if len(value) > PARSED_CHARS or name.lower() not in KEPT_NAMES:
             return super().__call__(name, value)
         key = (name, str(value))
         header = self._kept.get(key)
