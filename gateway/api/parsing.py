@@ -102,6 +102,24 @@ def effect_headers(headers: Any) -> EffectHeaders:
     return EffectHeaders(resource, int(token), key)
 
 
+#: the longest header field the gateway's server reads (aiohttp's
+#: ``max_field_size``): what a provider behind the same defaults is sure to take
+MAX_FIELD_BYTES = 8190
+
+
+def joined_fields_fit(headers: dict[str, str]) -> dict[str, str]:
+    """Headers to forward, each within ``MAX_FIELD_BYTES`` once a repeated
+    field's lines are joined into one (``providers.base.caller_headers``):
+    two lines of 5,000 bytes passed the gateway's server and made one field
+    the provider's refused (a 400 recorded as the effect's answer, the key
+    spent), where it is a 400 before the admission."""
+    for name, value in headers.items():
+        if len(value.encode(errors="surrogateescape")) > MAX_FIELD_BYTES:
+            raise bad(f"header {name[:64]}", f"must be at most {MAX_FIELD_BYTES} bytes, "
+                      "its lines joined as the provider is sent them")
+    return headers
+
+
 def utf8_headers(headers: dict[str, str]) -> dict[str, str]:
     """Headers to forward as the caller sent them: each value UTF-8. aiohttp
     reads bytes that are not as lone surrogates, which its client's C writer

@@ -122,7 +122,7 @@ async def proxy_http(request: web.Request) -> web.StreamResponse:
     except NestedTooDeep:
         raise parsing.bad("body", "is JSON nested too deeply") from None
     assert isinstance(effect.call, HttpCall)
-    parsing.utf8_headers(effect.call.forwarded)
+    parsing.joined_fields_fit(parsing.utf8_headers(effect.call.forwarded))
     return await run_effect(gw, effect)
 
 

@@ -216,3 +216,20 @@ async def test_every_line_of_a_repeated_header_counts(gw: Gw) -> None:
     [d] = gw.hook.deliveries
     assert d.header("X-Hop") is None
     assert d.header("X-A") == "a, b"
+
+
+async def test_a_repeated_header_too_long_once_joined_is_refused_before_admission(
+        gw: Gw) -> None:
+    """Two lines of 5,000 bytes each pass the gateway's server; joined, the
+    field is longer than a server with the same defaults reads: a 400
+    before the admission, nothing sent, and the key still free."""
+    lease = await gw.leases.claim("lead:7", ttl=30)
+    assert lease is not None
+    auth = [(b"Authorization", b"Bearer " + API_KEY.encode()),
+            (b"Fence-Resource", b"lead:7"), (b"Fence-Token", str(lease.fence).encode()),
+            (b"Idempotency-Key", b"long-1")]
+    trace = [(b"X-Trace", b"t" * 5000), (b"X-Trace", b"u" * 5000)]
+    status, _ = await raw(gw, request(auth + trace, path=b"/v1/http/crm/contacts/7"))
+    assert status == 400 and gw.hook.deliveries == []
+    status, _ = await raw(gw, request(auth + trace[:1], path=b"/v1/http/crm/contacts/7"))
+    assert status == 200 and len(gw.hook.deliveries) == 1
