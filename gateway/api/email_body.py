@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import encodings
 import mimetypes
+import pkgutil
 import re
 from dataclasses import dataclass
+from encodings.aliases import aliases
 from typing import Any
 
 from gateway.api.parsing import bad
@@ -64,22 +67,55 @@ def _word_bytes(encoding: str, text: str) -> bytes | None:
         return None
 
 
-def _word_text(charset: str, data: bytes) -> str:
+def _codec(charset: str) -> str | None:
+    """The codec module an encoded word's charset names (``utf_8`` for
+    "UTF-8"), found as the codec registry's own search finds it but without
+    asking the registry: it keeps every name it is asked for and lacks
+    (``encodings._cache``), so made-up charsets, a new one per word, grew
+    the process without bound. None: Python has no codec by that name."""
+    norm = encodings.normalize_encoding((charset.partition("*")[0] or "ascii").lower())
+    for module in (aliases.get(norm) or aliases.get(norm.replace(".", "_")), norm):
+        if module and "." not in module and module in _CODEC_MODULES:
+            return module
+    return None
+
+
+#: the codec modules of the standard library (encodings/), the names its search imports
+_CODEC_MODULES = frozenset(m.name for m in pkgutil.iter_modules(encodings.__path__))
+
+
+def _word_text(charset: str, data: bytes) -> str | None:
+    """The text one encoded word's bytes stand for in its charset; None when
+    no codec of that name decodes text (unknown, or not a text codec)."""
+    codec = _codec(charset)
+    if codec is None:
+        return None
     try:
-        return data.decode(charset.partition("*")[0] or "ascii", errors="replace")
-    except LookupError:
-        return data.decode("ascii", errors="replace")
+        return data.decode(codec, errors="replace")
+    except (LookupError, UnicodeError):  # "base64" is no text codec, "undefined" refuses
+        return None
 
 
-def _decodes_to_controls(charset: str, encoding: str, text: str) -> bool:
-    """Whether one encoded word stands for a control character or a line
-    break: in its bytes (whatever the charset), or in its text."""
+def _word_problem(charset: str, encoding: str, text: str) -> str | None:
+    """What is wrong with one encoded word, if anything: a charset no codec
+    decodes (the email package, a receiver, would each guess), or a control
+    character or a line break, in its bytes (whatever the charset) or in
+    its text."""
+    unknown = "must not contain an encoded word (RFC 2047) in a charset the gateway " \
+              "cannot decode"
+    if _codec(charset) is None:
+        return unknown
     data = _word_bytes(encoding, text)
     if data is None:
-        return False
-    if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data):
-        return True
-    return _NOT_IN_HEADERS.search(_word_text(charset, data)) is not None
+        return None  # not decodable: the email package writes it out as it is
+    decoded = _word_text(charset, data)
+    if decoded is None:
+        return unknown
+    if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data) or \
+            _NOT_IN_HEADERS.search(decoded):
+        return "must not contain an encoded word (RFC 2047) that decodes to line breaks " \
+               "or control characters"
+    return None
 
 
 def decoded_words(value: str) -> str:
@@ -89,7 +125,8 @@ def decoded_words(value: str) -> str:
     def one(m: re.Match[str]) -> str:
         charset, encoding, text = m.groups()
         data = _word_bytes(encoding, text)
-        return m.group(0) if data is None else _word_text(charset, data)
+        decoded = None if data is None else _word_text(charset, data)
+        return m.group(0) if decoded is None else decoded
     return _ENCODED_WORD.sub(one, value)
 
 
@@ -101,9 +138,10 @@ def header_text(field: str, value: str) -> str:
     this interpreter is patched does not matter: both are refused."""
     if _NOT_IN_HEADERS.search(value):
         raise bad(field, "must not contain line breaks or control characters")
-    if any(_decodes_to_controls(*m.groups()) for m in _ENCODED_WORD.finditer(value)):
-        raise bad(field, "must not contain an encoded word (RFC 2047) that decodes to "
-                  "line breaks or control characters")
+    for m in _ENCODED_WORD.finditer(value):
+        problem = _word_problem(*m.groups())
+        if problem:
+            raise bad(field, problem)
     return value
 
 
@@ -236,10 +274,10 @@ def attachment(field: str, value: Any) -> Attachment:
     filename = value.get("filename")
     if not isinstance(filename, str) or not 0 < len(filename) <= MAX_FILENAME:
         raise bad(f"{field}.filename", f"must be 1 to {MAX_FILENAME} characters")
+    header_text(f"{field}.filename", filename)
     if any(ch in filename or ch in decoded_words(filename) for ch in '/\\"'):
         raise bad(f"{field}.filename", "must not contain quotes or path separators, "
                   "nor an encoded word (RFC 2047) that decodes to one")
-    header_text(f"{field}.filename", filename)
     content = value.get("content")
     if not isinstance(content, str):
         raise bad(f"{field}.content", "is required: the file's bytes in base64")
