@@ -31,6 +31,12 @@ _NAME_SPECIALS = "@,;:()[]"
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 MAX_RECIPIENTS = 100
 MAX_SUBJECT = 998
+#: the longest value of one of the caller's own headers (a header line's
+#: limit, RFC 5322 2.1.1), and how many of them: the email package's parse
+#: of a header grows with the square of its encoded words (a value of
+#: 20,000 of them, 320 KB, took 5.5 s and 3.1 GB)
+MAX_HEADER_VALUE = 998
+MAX_EXTRA_HEADERS = 50
 MAX_ATTACHMENTS = 50
 MAX_FILENAME = 255
 #: type/subtype as RFC 6838 names them, without parameters
@@ -42,7 +48,8 @@ _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/"
 #: provider's idempotency header is refused by ``owned_header``.
 RESERVED_EMAIL_HEADERS = frozenset({
     "from", "to", "cc", "bcc", "reply-to", "subject", "message-id", "date", "sender",
-    "mime-version", "content-type", "content-transfer-encoding", "return-path", "received",
+    "mime-version", "content-type", "content-transfer-encoding", "content-disposition",
+    "return-path", "received",
     FENCE_RESOURCE.lower(), FENCE_TOKEN.lower(),
 })
 
@@ -51,9 +58,21 @@ RESERVED_EMAIL_HEADERS = frozenset({
 #: carry: C0 controls but tab, DEL, C1 controls (\x85 among them), and the
 #: Unicode line and paragraph separators
 _NOT_IN_HEADERS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-#: an RFC 2047 encoded word: =?charset?Q|B?text?=. The text may hold
-#: whitespace: the email package decodes such a word too (with a defect)
-_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([QqBb])\?([^?]*?)\?=")
+#: an RFC 2047 encoded word: =?charset?Q|B?text?=. The charset and the text
+#: may hold whitespace: the email package decodes such a word too (with a
+#: defect), looking its charset up
+_ENCODED_WORD = re.compile(r"=\?([^?]*)\?([QqBb])\?([^?]*?)\?=")
+#: a charset's name as the gateway looks it up: ASCII, no whitespace
+_CHARSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,63}")
+#: charsets mail uses under names Python has no alias for, and the codec
+#: the check decodes them with (a fixed set: the email package looks each
+#: up, and the codec registry keeps the miss, so it stays bounded)
+_MAIL_CHARSETS = {
+    "windows-874": "cp874", "iso-8859-8-i": "iso8859_8", "iso-8859-8-e": "iso8859_8",
+    "iso-8859-6-i": "iso8859_6", "iso-8859-6-e": "iso8859_6", "windows-31j": "cp932",
+    "x-sjis": "shift_jis", "x-euc-jp": "euc_jp", "x-mac-roman": "mac_roman",
+    "x-big5": "big5", "x-cp1252": "cp1252", "unknown-8bit": "ascii",
+}
 
 
 def _word_bytes(encoding: str, text: str) -> bytes | None:
@@ -73,7 +92,12 @@ def _codec(charset: str) -> str | None:
     asking the registry: it keeps every name it is asked for and lacks
     (``encodings._cache``), so made-up charsets, a new one per word, grew
     the process without bound. None: Python has no codec by that name."""
-    norm = encodings.normalize_encoding((charset.partition("*")[0] or "ascii").lower())
+    name = (charset.partition("*")[0] or "ascii").lower()
+    if not _CHARSET_NAME.fullmatch(name):
+        return None  # CPython's own lookup reads such a name otherwise
+    if name in _MAIL_CHARSETS:
+        return _MAIL_CHARSETS[name]
+    norm = encodings.normalize_encoding(name)
     for module in (aliases.get(norm) or aliases.get(norm.replace(".", "_")), norm):
         if module and "." not in module and module in _CODEC_MODULES:
             return module
@@ -243,6 +267,8 @@ def extra_headers(extra: Any) -> dict[str, str]:
     """The caller's own email headers: valid names, no CR/LF, none the gateway sets."""
     if not isinstance(extra, dict):
         raise bad("headers", "must be an object of header names to values")
+    if len(extra) > MAX_EXTRA_HEADERS:
+        raise bad("headers", f"at most {MAX_EXTRA_HEADERS} headers")
     for name, value in extra.items():
         if not _HEADER_NAME.fullmatch(name):
             raise bad("headers", f"{name[:64]!r} is not a valid header name")
@@ -250,6 +276,8 @@ def extra_headers(extra: Any) -> dict[str, str]:
             raise bad(f"headers.{name}", "is set by the gateway")
         if not isinstance(value, str):
             raise bad(f"headers.{name}", "must be a string")
+        if len(value) > MAX_HEADER_VALUE:
+            raise bad(f"headers.{name}", f"at most {MAX_HEADER_VALUE} characters")
         header_text(f"headers.{name}", value)
     return dict(extra)
 
