@@ -275,3 +275,17 @@ def test_a_built_message_is_read_back_before_it_is_sent(
         return
     head = data.split(b"\r\n\r\n", 1)[0].lower()
     assert b"\r\nbcc:" not in head and b"fence-token:" in head
+
+
+def test_a_forwarded_header_line_fits_what_a_provider_reads() -> None:
+    """aiohttp's servers read a header line of at most 8,190 bytes (its
+    pure-Python parser counts the name, ": " and the value): a repeated
+    field joined past that was sent, refused by the provider, and the
+    refusal recorded as the effect's answer. It is refused before."""
+    from gateway.api import parsing
+
+    fits = {"X-Trace": "t" * (parsing.MAX_FIELD_BYTES - len("X-Trace: "))}
+    assert parsing.joined_fields_fit(fits) == fits
+    for value in ("t" * (parsing.MAX_FIELD_BYTES - 8), "é" * 4091):
+        with pytest.raises(Problem):
+            parsing.joined_fields_fit({"X-Trace": value})
