@@ -152,7 +152,13 @@ async def test_an_operator_cannot_resolve_an_effect_still_waiting_to_be_sent(
     await asyncio.gather(*background)
     mine = [d for d in gw.smtp.deliveries
             if d.header("Message-ID") == message_id("agents", "a-1")]
-    assert len(mine) == (1 if first[0] == 200 else 0)
+    assert len(mine) <= 1, "one Message-ID, two deliveries"
+    if first[0] == 200:
+        assert len(mine) == 1
+    elif first[2]["code"] != "provider_timeout":  # given up before sending
+        assert mine == [], first
+    # else unknown: on a busy machine the sink's answer to DATA can come
+    # after the provider's timeout; the message may have landed, once
 
 
 async def test_a_slow_database_answer_cannot_outrun_the_drain_barrier(
