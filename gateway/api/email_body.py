@@ -111,10 +111,9 @@ def _codec(charset: str) -> str | None:
 _CODEC_MODULES = frozenset(m.name for m in pkgutil.iter_modules(encodings.__path__))
 
 
-def _word_text(charset: str, data: bytes) -> str | None:
-    """The text one encoded word's bytes stand for in its charset; None when
-    no codec of that name decodes text (unknown, or not a text codec)."""
-    codec = _codec(charset)
+def _word_text(codec: str | None, data: bytes) -> str | None:
+    """The text one encoded word's bytes stand for in its charset's codec
+    (``_codec``); None when there is none, or it decodes no text."""
     if codec is None:
         return None
     try:
@@ -130,12 +129,13 @@ def _word_problem(charset: str, encoding: str, text: str) -> str | None:
     its text."""
     unknown = "must not contain an encoded word (RFC 2047) in a charset the gateway " \
               "cannot decode"
-    if _codec(charset) is None:
+    codec = _codec(charset)
+    if codec is None:
         return unknown
     data = _word_bytes(encoding, text)
     if data is None:
         return None  # not decodable: the email package writes it out as it is
-    decoded = _word_text(charset, data)
+    decoded = _word_text(codec, data)
     if decoded is None:
         return unknown
     if any((b < 0x20 and b != 0x09) or b == 0x7F for b in data) or \
@@ -152,7 +152,7 @@ def decoded_words(value: str) -> str:
     def one(m: re.Match[str]) -> str:
         charset, encoding, text = m.groups()
         data = _word_bytes(encoding, text)
-        decoded = None if data is None else _word_text(charset, data)
+        decoded = None if data is None else _word_text(_codec(charset), data)
         return m.group(0) if decoded is None else decoded
     return _ENCODED_WORD.sub(one, value)
 
