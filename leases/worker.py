@@ -20,7 +20,7 @@ import asyncpg
 from . import database, observe, policy
 from .completion import Recorder, still_ours
 from .errors import Busy, LeaseLost, Unavailable
-from .queue import Job, Queue
+from .queue import MAX_BATCH, Job, Queue
 from .queue_admin import Snooze
 
 log = logging.getLogger("fencegate.worker")
@@ -149,9 +149,10 @@ class Worker:
         idle = self.poll_min
         while not self._stopping.is_set():
             # handlers at most `concurrency`; runs whose completions are still
-            # being recorded (a slow database) at most as many again
+            # being recorded (a slow database) at most as many again; one
+            # claim takes at most MAX_BATCH (a wider worker claims again)
             free = min(self.concurrency - len(self._handling),
-                       2 * self.concurrency - len(self._running))
+                       2 * self.concurrency - len(self._running), MAX_BATCH)
             if free <= 0:
                 self._slot_free.clear()
                 await self._wait(self._slot_free.wait(), None)

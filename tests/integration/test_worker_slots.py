@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker
-from leases.queue import Job
+from leases.queue import MAX_BATCH, Job
 from tests.support.waiting import until
 
 
@@ -82,3 +82,30 @@ async def test_a_job_claimed_again_while_its_failed_run_ends_never_exceeds_concu
     assert (await q.stats()) == {"completed": 4}, seen
     assert peak <= 2, (f"{peak} handlers ran at once with concurrency 2: the failed run's "
                        f"end freed the slot of the job's second run (runs: {seen})")
+
+
+async def test_a_worker_with_more_slots_than_one_claim_may_take_still_claims(
+    pool: asyncpg.Pool,
+) -> None:
+    """A claim takes at most ``MAX_BATCH`` jobs; a worker whose concurrency
+    is larger claims that many at a time rather than asking for more, which
+    the queue refuses (every claim failing, nothing ever run)."""
+    q = Queue(LeaseClient(pool=pool, owner="wide"), "wide")
+    await q.enqueue_many([NewJob({"n": n}) for n in range(3)])
+    ran: list[int] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.payload["n"])
+
+    worker = Worker(q, handler, concurrency=MAX_BATCH + 1, poll_min=0.01, poll_max=0.02)
+    task = asyncio.create_task(worker.run())
+
+    async def all_completed() -> bool:
+        return (await q.stats()).get("completed") == 3
+
+    try:
+        await until(all_completed, "the three jobs completed")
+    finally:
+        worker.stop()
+        await task
+    assert sorted(ran) == [0, 1, 2]
