@@ -1115,20 +1115,15 @@ LANGUAGE sql VOLATILE AS $$
                      || ':' || p_key END
 $$;
 
--- Complete a batch of jobs ($1 ids, $2 fences, $3 result refs), each only
--- while its fence is current and its lease live (a lapsed lease's fence
--- records nothing, as at the gateway), ending each one's lease: the ids that
--- counted.
--- One lock order everywhere: job rows before lease rows, job rows by id and
--- lease rows by resource (as every batch of lease statements locks them), so
--- a completion never deadlocks with another completion (a zombie's and the
--- new holder's), a recovery, or a batch on the same leases.
--- The generic plans, cached: for each call's arrays PostgreSQL would make a
--- custom plan of each statement (its estimate for a few ids beats the
--- generic one), and planning them cost three times what running them did
--- (pg_stat_statements, bench/NOTES.md).
-CREATE FUNCTION fencegate_complete_jobs(p_id bigint[], p_fence bigint[], p_ref text[])
-RETURNS SETOF bigint
+-- The locks of a batch of completions (fencegate_complete_jobs), in the one
+-- order: job rows by id, then their lease rows by resource. Generic plans,
+-- kept: for each call's array PostgreSQL would plan these anew (its custom
+-- plan for a few ids beats its generic estimate), and planning them cost
+-- three times what running them did (bench/NOTES.md). Neither joins, so
+-- no plan of theirs grows with the ids or the claimed jobs; the completion's
+-- UPDATE, a join whose best plan depends on how many ids come, is planned
+-- as PostgreSQL chooses (generic, it can scan every claimed job per id).
+CREATE FUNCTION fencegate_lock_completions(p_id bigint[]) RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM 1 FROM fencegate_jobs j WHERE j.id = ANY(p_id) ORDER BY j.id FOR UPDATE;
@@ -1137,6 +1132,22 @@ BEGIN
                                     WHERE j.id = ANY(p_id)))
       ORDER BY l.resource
         FOR NO KEY UPDATE;
+END
+$$;
+
+-- Complete a batch of jobs ($1 ids, $2 fences, $3 result refs), each only
+-- while its fence is current and its lease live (a lapsed lease's fence
+-- records nothing, as at the gateway), ending each one's lease: the ids that
+-- counted.
+-- One lock order everywhere: job rows before lease rows, job rows by id and
+-- lease rows by resource (as every batch of lease statements locks them), so
+-- a completion never deadlocks with another completion (a zombie's and the
+-- new holder's), a recovery, or a batch on the same leases.
+CREATE FUNCTION fencegate_complete_jobs(p_id bigint[], p_fence bigint[], p_ref text[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM fencegate_lock_completions(p_id);
     RETURN QUERY
     WITH done AS (
         UPDATE fencegate_jobs j
