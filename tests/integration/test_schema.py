@@ -41,7 +41,7 @@ async def describe(conn: asyncpg.Connection) -> dict[str, Any]:
          WHERE tablename LIKE 'fencegate\\_%' AND tablename <> 'fencegate_migrations'""")
     functions = await conn.fetch("""
         SELECT proname, pg_get_function_identity_arguments(oid), pg_get_function_result(oid),
-               prosrc, provolatile, prorows
+               prosrc, provolatile, prorows, coalesce(proconfig, '{}')
           FROM pg_proc WHERE proname LIKE 'fencegate\\_%'""")
     triggers = await conn.fetch("""
         SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger
@@ -50,7 +50,9 @@ async def describe(conn: asyncpg.Connection) -> dict[str, Any]:
         "columns": sorted(tuple(r) for r in tables),
         "constraints": sorted(tuple(r) for r in constraints),
         "indexes": sorted(tuple(r) for r in indexes),
-        "functions": sorted((r[0], r[1], r[2], _normalised(r[3]), r[4], r[5])
+        # proconfig: a function's SET clauses (fencegate_lock_completions
+        # keeps its generic plans), which the body alone does not show
+        "functions": sorted((r[0], r[1], r[2], _normalised(r[3]), r[4], r[5], tuple(r[6]))
                             for r in functions),
         "triggers": sorted(tuple(r) for r in triggers),
     }
