@@ -461,3 +461,46 @@ async def test_a_worker_takes_up_what_it_claimed_only_for_the_time_its_leases_ha
     assert taken[0].lease.deadline <= before + 30.0 + 0.05
     assert await q.complete(taken[0])  # its fence is the current one
     assert await q.claimed_by("w-lost", 60) == []
+
+
+async def test_a_completion_reads_its_own_jobs_however_stale_the_statistics(
+    pool: asyncpg.Pool,
+) -> None:
+    """A completion reads the rows of its own jobs and leases, not every
+    claimed job: its plans, cached on a pooled connection while the queue was
+    small (or under statistics that undercount the claimed jobs), must not
+    scan the claimed jobs and join each to its lease. Such a plan completed a
+    batch of 8 in 135 ms and of 1,000 in 4 s at 60,000 claimed jobs."""
+    await pool.execute("ALTER TABLE fencegate_jobs SET (autovacuum_enabled = off)")
+    await pool.execute("ALTER TABLE fencegate_leases SET (autovacuum_enabled = off)")
+    try:
+        q = Queue(LeaseClient(pool=pool, owner="stale"), "stale")
+        await q.enqueue_many([NewJob({"n": n}) for n in range(20)])
+        await pool.execute("ANALYZE fencegate_jobs; ANALYZE fencegate_leases")
+        async with pool.acquire() as conn:
+            complete = sql.query("complete_jobs")
+
+            async def complete_some(n: int) -> list[int]:
+                jobs = await q.claim("stale", limit=n, ttl=60)
+                assert len(jobs) == n
+                rows = await conn.fetch(complete, [j.id for j in jobs],
+                                        [j.fence for j in jobs], [None] * n)
+                return [r["id"] for r in rows]
+
+            for _ in range(8):  # past the calls after which plans are kept
+                assert len(await complete_some(1)) == 1
+            for start in range(0, 3000, 500):
+                await q.enqueue_many([NewJob({"n": n}) for n in range(start, start + 500)])
+            for _ in range(3):
+                assert len(await q.claim("stale", limit=1000, ttl=60)) == 1000
+            await q.enqueue_many([NewJob({"n": n}) for n in range(8)])
+            async with conn.transaction():
+                assert len(await complete_some(8)) == 8
+                read = await conn.fetchval(
+                    "SELECT sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0))"
+                    "  FROM pg_stat_xact_user_tables"
+                    " WHERE relname IN ('fencegate_jobs', 'fencegate_leases')")
+        assert read < 200, read
+    finally:
+        await pool.execute("ALTER TABLE fencegate_jobs RESET (autovacuum_enabled)")
+        await pool.execute("ALTER TABLE fencegate_leases RESET (autovacuum_enabled)")
