@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from leases import FenceRefused, LeaseClient, LeaseLost, Queue, Worker
+from tests.support.lapse import lapse
 from tests.support.waiting import until
 
 
@@ -98,9 +99,8 @@ async def test_a_zombies_completion_raises_and_its_writes_roll_back(
     job_id = await queue.enqueue({"amount": 5})
     [zombie] = await queue.claim(ttl=30)
     # its lease lapses (it stalled) and another worker takes the job
-    await pool.execute("UPDATE fencegate_leases SET expires_at = clock_timestamp()"
-                       " WHERE resource = $1", zombie.lease.resource)
-    await queue.recover()  # (or the queue's own recovery, started by its claim, did)
+    await lapse(pool, zombie.lease.resource, after=[queue])
+    assert await queue.recover() == 1
     assert await pool.fetchval("SELECT state FROM fencegate_jobs WHERE id = $1",
                                job_id) == "queued"
     [taker] = await Queue(LeaseClient(pool=pool, owner="taker"), "charges").claim(ttl=30)
