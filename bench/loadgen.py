@@ -8,7 +8,8 @@ parent the timed phase has begun (``on_start``) and when it has ended
 counters) over exactly that phase.
 
 A spec: ``kind`` (http, email, smtp-naive, smtp-pooled), ``url``, ``leases``
-(spread over, one idempotency key per request), ``body``, ``run_id``, and
+(spread over, one idempotency key per request), ``body``, ``message`` (the
+bytes the direct SMTP kinds send), ``run_id``, and
 either ``rate`` (an open loop, requests/s) or ``concurrency`` (a closed loop
 of callers); ``keep_latencies`` to have every latency back, in ms.
 """
@@ -135,8 +136,10 @@ async def _sender(kind: str, spec: dict[str, Any], counter: Iterator[int]) -> _S
                     r.headers.get("Fencegate-Problem", str(r.status))
 
         return _Sender(http, session.close)
-    # direct SMTP
-    message = (b"From: a@example.com\r\nTo: b@example.com\r\nSubject: bench\r\n\r\nhello\r\n")
+    # direct SMTP: a four-line message, or ``message`` (e.g. the bytes the
+    # gateway builds for its email, so that the sink parses the same message)
+    message = spec["message"].encode() if "message" in spec else \
+        b"From: a@example.com\r\nTo: b@example.com\r\nSubject: bench\r\n\r\nhello\r\n"
     port = spec["smtp_port"]
     if kind == "smtp-naive":
         async def naive() -> bool:
