@@ -5,8 +5,9 @@
 (``fencegate serve --workers N`` is a supervisor and N children; PostgreSQL
 is the postmaster and one backend per connection, plus its own background
 processes). A process that starts during the phase counts from zero; one
-that ends during it is lost (none does here: pools are opened before the
-phase, during warm-up).
+that ends during it is counted once its parent in the tree has reaped it
+(a backend whose client closed its connection, in the postmaster's
+children's times), and lost if its parent is not in the tree.
 
 A share is CPU seconds over the machine's capacity in the phase (every
 CPU's time, as /proc/stat counts it), so 50 % on two cores is one core.
@@ -36,11 +37,14 @@ def _tree(roots: list[int]) -> list[psutil.Process]:
 
 
 def _cpu_seconds(proc: psutil.Process) -> float | None:
+    """Its own CPU seconds and those of its children it has reaped: a
+    PostgreSQL backend that ends within the phase (a client that closed its
+    connection) is counted in the postmaster's."""
     try:
         t = proc.cpu_times()
     except psutil.Error:
         return None
-    return float(t.user + t.system)
+    return float(t.user + t.system + t.children_user + t.children_system)
 
 
 @dataclass(frozen=True)
@@ -99,9 +103,13 @@ class CpuMeter:
 
         idle = delta("idle", "iowait")
         interrupts = delta("irq", "softirq")
+        # totals, not per process: one that ended within the phase is in its
+        # parent's reaped children at the end, so its start is taken off here
         used: dict[str, float] = dict.fromkeys(self.groups, 0.0)
         for key, cpu in end.items():
-            used[key[0]] += cpu - self._start.get(key, 0.0)
+            used[key[0]] += cpu
+        for key, cpu in self._start.items():
+            used[key[0]] -= cpu
         total = max(total, 1e-9)
         groups = {g: max(0.0, s) / total for g, s in used.items()}
         other = max(0.0, (total - idle - interrupts) / total - sum(groups.values()))

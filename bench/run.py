@@ -28,6 +28,7 @@ import os
 import platform
 import random
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,7 @@ from leases import LeaseClient, NewJob, Queue, Worker, database
 from leases.queue import Job
 
 from . import charts, fenced_tx, scaling, statements
+from .cpu import CpuMeter
 from .harness import (
     API_KEY,
     OUT,
@@ -89,18 +91,24 @@ def pgbench_binary() -> str:
     return str(database.embedded_bin_dir() / "pgbench")  # the embedded server's own
 
 
-def pgbench(dsn: str, clients: int) -> float:
+def pgbench(dsn: str, clients: int) -> tuple[float, float]:
+    """pgbench's claims/s, and the CPU seconds its process spent."""
     script = Path(tempfile.mkdtemp()) / "claim.sql"
     script.write_text(CLAIM_SQL)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)  # pgbench is the one child reaped
     out = subprocess.run([pgbench_binary(), "-n", "-M", "prepared", "-c", str(clients),
                           "-j", str(min(clients, 2)), "-T", str(max(1, round(SECONDS))), "-f",
                           str(script), dsn], capture_output=True, text=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out.stdout)
     assert m, out.stdout
-    return float(m.group(1))
+    return float(m.group(1)), (after.ru_utime + after.ru_stime) - (before.ru_utime +
+                                                                   before.ru_stime)
 
 
-async def claim_rate(dsn: str, clients: int) -> float:
+async def claim_rate(dsn: str, clients: int) -> tuple[float, float, int]:
+    """LeaseClient's claims/s, the CPU seconds this process spent on them
+    (the client, its pool, asyncpg, the event loop), and the claims made."""
     pool = await database.create_pool(dsn, min_size=clients, max_size=clients)
     client = LeaseClient(pool=pool, owner="bench")
     rng = random.Random(1)
@@ -113,6 +121,31 @@ async def claim_rate(dsn: str, clients: int) -> float:
             await client.claim(f"bench:{rng.randint(1, 1_000_000)}", ttl=60)
             count += 1
 
+    started, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(claimer() for _ in range(clients)))
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    await pool.close()
+    return count / elapsed, cpu, count
+
+
+async def asyncpg_rate(dsn: str, clients: int) -> float:
+    """The claims/s of asyncpg alone, without LeaseClient: the same statement
+    as pgbench's, prepared, each client on a connection of its own, one
+    claim after another: what Python and the driver cost by themselves."""
+    pool = await database.create_pool(dsn, min_size=clients, max_size=clients)
+    statement = CLAIM_SQL.split("\n", 1)[1].replace(":r", "$1::int")
+    rng = random.Random(2)
+    count = 0
+    end = time.perf_counter() + SECONDS
+
+    async def claimer() -> None:
+        nonlocal count
+        async with pool.acquire() as conn:
+            prepared = await conn.prepare(statement)
+            while time.perf_counter() < end:
+                await prepared.fetch(rng.randint(1, 1_000_000))
+                count += 1
+
     started = time.perf_counter()
     await asyncio.gather(*(claimer() for _ in range(clients)))
     elapsed = time.perf_counter() - started
@@ -122,14 +155,39 @@ async def claim_rate(dsn: str, clients: int) -> float:
 
 async def bench_claims(dsn: str) -> None:
     say("## 1. Lease claims: `LeaseClient.claim` against raw pgbench, same statement\n")
-    say("| concurrency | pgbench (claims/s) | LeaseClient (claims/s) | ratio |")
-    say("| ---: | ---: | ---: | ---: |")
+    say("CPU: milliseconds per claim of the client's process (pgbench's, or this Python "
+        "process running LeaseClient on its pool) and of PostgreSQL's process tree, over "
+        "each run. The two share the machine's two cores.\n")
+    say("asyncpg alone: pgbench's statement, prepared, from this Python process, each "
+        "client on a connection of its own, without LeaseClient.\n")
+    say("| concurrency | pgbench (claims/s) | LeaseClient (claims/s) | ratio "
+        "| asyncpg alone (claims/s) | its ratio to pgbench "
+        "| client CPU ms: pgbench | LeaseClient | PostgreSQL CPU ms: pgbench | LeaseClient |")
+    say("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    pg = await postmaster_pid(dsn)
+    meter = CpuMeter({"PostgreSQL": [pg]} if pg else {})
+
+    async def server_ms(claims: float) -> str:
+        await asyncio.sleep(0.2)  # the postmaster reaps the closed connections' backends
+        s = meter.stop()
+        if "PostgreSQL" not in s.groups or not claims:
+            return "n/a"
+        return f"{s.groups['PostgreSQL'] * s.seconds * s.cpus * 1000 / claims:.3f}"
+
     rows = []
     for clients in CLAIM_CONCURRENCY:
-        base = await asyncio.to_thread(pgbench, dsn, clients)
-        ours = await claim_rate(dsn, clients)
+        meter.start()
+        base, base_cpu = await asyncio.to_thread(pgbench, dsn, clients)
+        base_pg = await server_ms(base * SECONDS)  # pgbench runs -T SECONDS
+        meter.start()
+        ours, our_cpu, made = await claim_rate(dsn, clients)
+        our_pg = await server_ms(made)
+        alone = await asyncpg_rate(dsn, clients)
         rows.append((clients, base, ours))
-        say(f"| {clients} | {base:,.0f} | {ours:,.0f} | {ours / base:.2f}x |")
+        say(f"| {clients} | {base:,.0f} | {ours:,.0f} | {ours / base:.2f}x | "
+            f"{alone:,.0f} | {alone / base:.2f}x | "
+            f"{base_cpu * 1000 / (base * SECONDS):.3f} | {our_cpu * 1000 / made:.3f} | "
+            f"{base_pg} | {our_pg} |")
     say()
     path = charts.claims(rows, subtitle())
     say(f"![LeaseClient.claim against pgbench](charts/{path.name})\n")
