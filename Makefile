@@ -85,7 +85,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
 
-# writes bench/RESULTS.md and its charts (bench/charts/*.svg), about 7 minutes here;
+# writes bench/RESULTS.md and its charts (bench/charts/*.svg), about 7 to 9 minutes here;
 # BENCH_SECONDS sets each timed phase (default 5), BENCH_WARMUP the warm-up before
 # each (default 1). `python -m bench.run http scaling` runs some sections only
 # (bench/NOTES.md).
