@@ -348,6 +348,10 @@ def check_image_build_steps() -> str:
         out = run(fencegate, "--help")
         if "serve" not in out or (root / "opt" / "fencegate" / "bin" / "pip").exists():
             raise CheckFailed("the built environment lacks `fencegate serve`, or has pip")
+        try:  # what `fencegate mcp` imports, from the mcp extra
+            run(root / "opt" / "fencegate" / "bin" / "python", "-c", "import gateway.mcp.server")
+        except CheckFailed as e:
+            raise CheckFailed(f"the built environment cannot run `fencegate mcp`: {e}") from None
         size = sum(f.stat().st_size for f in (root / "opt").rglob("*") if f.is_file())
     return f"pip wheel + venv + install executed with {python}: /opt/fencegate {size >> 20} MiB"
 
