@@ -195,8 +195,12 @@ def _message(call: EmailCall, idempotency_header: str) -> EmailMessage:
     msg[FENCE_TOKEN] = extra.pop(FENCE_TOKEN)
     if idempotency_header:
         msg[idempotency_header] = call.derived_key
+    # a Content-* header goes on once the body is built: set_content clears
+    # them, and making a multipart moves them into its first part
+    content = {n: v for n, v in extra.items() if n.lower().startswith("content-")}
     for name, value in extra.items():
-        msg[name] = value
+        if name not in content:
+            msg[name] = value
     if req.text is not None:
         msg.set_content(req.text)
         if req.html is not None:
@@ -206,4 +210,6 @@ def _message(call: EmailCall, idempotency_header: str) -> EmailMessage:
     for a in req.attachments:
         maintype, _, subtype = a.content_type.partition("/")
         msg.add_attachment(a.content, maintype=maintype, subtype=subtype, filename=a.filename)
+    for name, value in content.items():
+        msg[name] = value
     return msg

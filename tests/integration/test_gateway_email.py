@@ -303,3 +303,28 @@ async def test_oversize_and_malformed_bodies(gw: Gw) -> None:
     status, _, body = await gw.post("/v1/email", h, json=["a list"])
     assert (status, body["code"]) == (400, "bad_request")
     assert gw.smtp.deliveries == []
+
+
+async def test_a_callers_content_headers_reach_the_sink(gw: Gw) -> None:
+    """A Content-* header the caller sets (Content-Language, Content-ID, ...)
+    is sent on the message's top level, for a text email, one with an HTML
+    alternative and one with an attachment alike; the email package's
+    ``set_content`` clears every Content-* header it finds, and a multipart
+    moves them into its first part, so they are set once the body is built."""
+    lease = await gw.leases.claim("run:content", ttl=30)
+    assert lease is not None
+    own = {"Content-Language": "de", "Content-ID": "<c1@example.com>",
+           "Content-Description": "Rechnung"}
+    bodies = [{"text": "Hallo"}, {"text": "Hallo", "html": "<p>Hallo</p>"},
+              {"text": "Hallo", "attachments": [{"filename": "a.txt", "content_type": "text/plain",
+                                                  "content": "aGk="}]}]
+    for n, extra in enumerate(bodies):
+        status, _, body = await gw.email(lease, f"k-content-{n}",
+                                         body={"headers": own, **extra})
+        assert status == 200, body
+        msg = gw.smtp.deliveries[-1]
+        for name, value in own.items():
+            assert msg.header(name) == value, (extra, name, msg.headers)
+        kind = "text/plain" if len(extra) == 1 else "multipart/"
+        assert (msg.header("Content-Type") or "").startswith(kind), msg.headers
+    assert len(gw.smtp.deliveries) == len(bodies)
