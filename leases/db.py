@@ -144,6 +144,14 @@ class Database:
             finally:
                 await pool.release(conn)
 
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection in a transaction, for statements that must
+        commit together (``connection=`` of the calls that take one); it
+        commits when the block ends, and rolls back if it raises."""
+        async with self._connection() as conn, conn.transaction():
+            yield conn
+
     async def fetch(self, name: str, *args: Any,
                     connection: asyncpg.Connection | None = None) -> list[asyncpg.Record]:
         """Run the statement ``name`` of leases/sql (on ``connection``, the

@@ -12,6 +12,10 @@ tick at or before now is enqueued, once, and only if it is at most
 ticks are never enqueued. The cap is what keeps "exactly once" true after a
 purge: a tick's job, finished, keeps its dedupe key at least for the
 retention, so a tick no older than that cannot have lost its job's row.
+The cap is applied twice: to the clock a pass reads first, and again, in
+the enqueue's transaction, to the clock read after its insert
+(``drop_late_ticks``), so a pass that stalled between the two cannot make
+a tick whose finished job a purge took meanwhile.
 
 Ticks are computed on the database's clock (``clock_timestamp()``), never a
 process's; ``latest_tick`` and ``next_tick`` are pure functions of a time.
@@ -212,20 +216,25 @@ class Scheduler:
         for s in self.schedules:
             tick = due_tick(s, now, self.retention_seconds)
             if tick is None:
-                late = latest_tick(s, now)
-                if self._skipped.get(s.name) != late:  # counted once per tick
-                    self._skipped[s.name] = late
-                    PERIODIC_TICKS.labels(schedule=s.name, result="too_late").inc()
-                    log.info("schedule %s: tick %s skipped, older than its catch_up",
-                             s.name, tick_key(s.name, late), extra={"schedule": s.name})
+                self._too_late(s, latest_tick(s, now))
                 continue
             by_queue.setdefault(s.queue, []).append((s, tick))
         done: list[Tick] = []
         for queue, due in by_queue.items():
-            answers = await self._queues[queue].enqueue_reporting([NewJob(
-                s.payload, dedupe_key=tick_key(s.name, tick), ordering_key=s.ordering_key,
-                max_attempts=s.max_attempts, priority=s.priority) for s, tick in due])
+            async with self.client.transaction() as conn:
+                answers = await self._queues[queue].enqueue_reporting([NewJob(
+                    s.payload, dedupe_key=tick_key(s.name, tick), ordering_key=s.ordering_key,
+                    max_attempts=s.max_attempts, priority=s.priority) for s, tick in due],
+                    connection=conn)
+                made = [(a.id, tick) for (_, tick), a in zip(due, answers, strict=True)
+                        if not a.deduplicated]
+                late = {r["id"] for r in await self.client.fetch(
+                    "drop_late_ticks", [i for i, _ in made], [t for _, t in made],
+                    self.retention_seconds, connection=conn)} if made else set()
             for (s, tick), answer in zip(due, answers, strict=True):
+                if answer.id in late:  # this pass read the clock before a stall (drop_late_ticks)
+                    self._too_late(s, tick)
+                    continue
                 done.append(Tick(s.name, tick, answer.id, not answer.deduplicated))
                 PERIODIC_TICKS.labels(schedule=s.name, result="duplicate"
                                       if answer.deduplicated else "enqueued").inc()
@@ -236,6 +245,15 @@ class Scheduler:
                              tick_key(s.name, tick), answer.id, extra={
                                  "schedule": s.name, "queue": queue, "job": answer.id})
         return done
+
+    def _too_late(self, s: Schedule, tick: dt.datetime) -> None:
+        """A tick older than its catch_up or the retention: skipped, counted
+        once per tick."""
+        if self._skipped.get(s.name) != tick:
+            self._skipped[s.name] = tick
+            PERIODIC_TICKS.labels(schedule=s.name, result="too_late").inc()
+            log.info("schedule %s: tick %s skipped, older than its catch_up or the retention",
+                     s.name, tick_key(s.name, tick), extra={"schedule": s.name})
 
     def stop(self) -> None:
         """End ``run()`` (a pass under way finishes first)."""

@@ -17,6 +17,21 @@ SELECT $1, p, d, o, coalesce(r, clock_timestamp()), m, pr, uk, uf,
 ON CONFLICT DO NOTHING
 RETURNING id, dedupe_key, unique_key;
 
+-- name: drop_late_ticks
+-- Periodic ticks just enqueued, in the enqueue's own transaction ($1 their
+-- job ids, $2 their ticks), that are older than the retention ($3 seconds)
+-- by the database clock read now, after the insert: deleted again before
+-- anyone could see them. A tick's finished job keeps its dedupe key for the
+-- retention (purge_jobs), so a tick older than that may have lost its job's
+-- row to a purge while the scheduler stalled, and the insert made it twice.
+-- Read after the insert, the clock is past any purge the insert saw or
+-- waited for (its ON CONFLICT waits for a delete of the key in progress).
+DELETE FROM fencegate_jobs j
+ USING unnest($1::bigint[], $2::timestamptz[]) AS t(id, tick)
+ WHERE j.id = t.id
+   AND t.tick < clock_timestamp() - make_interval(secs => $3::float8)
+RETURNING j.id;
+
 -- name: find_deduplicated
 SELECT id, dedupe_key FROM fencegate_jobs WHERE queue = $1 AND dedupe_key = ANY($2::text[]);
 

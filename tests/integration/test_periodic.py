@@ -120,14 +120,16 @@ async def test_after_downtime_only_the_latest_missed_tick_is_enqueued(
         pool: asyncpg.Pool) -> None:
     minutely = Schedule("minutely", "* * * * *", queue="report")
     scheduler = Scheduler(LeaseClient(pool=pool), [minutely])
-    before = dt.datetime(2026, 12, 2, 10, 0, 5, tzinfo=dt.UTC)
-    await scheduler.run_once(before)
-    [tick] = await scheduler.run_once(before + dt.timedelta(minutes=10))  # down 10 minutes
-    assert tick.enqueued and tick.tick == dt.datetime(2026, 12, 2, 10, 10, tzinfo=dt.UTC)
+    # within the retention of the database's clock, which the enqueue checks again
+    first = (await scheduler.database_now()).replace(second=0, microsecond=0) - \
+        dt.timedelta(hours=1)
+    await scheduler.run_once(first + dt.timedelta(seconds=5))
+    [tick] = await scheduler.run_once(first + dt.timedelta(minutes=10, seconds=5))  # down 10 min
+    assert tick.enqueued and tick.tick == first + dt.timedelta(minutes=10)
     keys = [r["dedupe_key"] for r in await pool.fetch(
         "SELECT dedupe_key FROM fencegate_jobs ORDER BY id")]
-    assert keys == ["periodic:minutely:2026-12-02T10:00:00Z",
-                    "periodic:minutely:2026-12-02T10:10:00Z"]
+    assert keys == [tick_key("minutely", first),
+                    tick_key("minutely", first + dt.timedelta(minutes=10))]
 
 
 async def test_a_tick_past_its_catch_up_is_skipped_and_counted(pool: asyncpg.Pool) -> None:
@@ -139,6 +141,87 @@ async def test_a_tick_past_its_catch_up_is_skipped_and_counted(pool: asyncpg.Poo
     assert await scheduler.run_once(late + dt.timedelta(seconds=30)) == []
     assert counted("strict", "too_late") == was + 1, "one skip per tick, however many passes"
     assert await pool.fetchval("SELECT count(*) FROM fencegate_jobs") == 0
+
+
+async def test_a_scheduler_that_stalled_past_the_retention_does_not_enqueue_a_tick_again(
+        pool: asyncpg.Pool) -> None:
+    """A tick's job, finished, keeps its dedupe key for the queue's retention;
+    then the purge deletes it. A scheduler that read the database's clock
+    while the tick was within the retention, then stalled (a GC pause, a
+    SIGSTOP) while the purge deleted the tick's finished job, must not make
+    the tick a second job when it wakes: the enqueue's own transaction reads
+    the database's clock again after the insert and takes back a tick older
+    than the retention by then. Its pass counts it as too late."""
+    minutely = Schedule("edge", "* * * * *", queue="edge")
+    retention = 90.0
+    client = LeaseClient(pool=pool)
+    scheduler = Scheduler(client, [minutely], retention_seconds=retention)
+    db_now = await scheduler.database_now()
+    tick = db_now.replace(second=0, microsecond=0) - dt.timedelta(minutes=2)  # 120-180 s old
+    read_then = tick + dt.timedelta(seconds=30)  # the clock the scheduler read, 30 s in
+    # the tick's job, enqueued in its time (the retention then still ahead of it)
+    [first] = await Scheduler(client, [minutely], retention_seconds=3600.0).run_once(read_then)
+    assert first.enqueued and first.tick == tick
+    # the tick's job ran and finished a second after its tick, then the purge came
+    await pool.execute("UPDATE fencegate_jobs SET state = 'completed', finished_at = $2 "
+                       "WHERE id = $1", first.job_id, tick + dt.timedelta(seconds=1))
+    assert await Queue(client, "edge", retention_seconds=retention).purge() == 1
+    was = counted("edge", "too_late")
+    assert await scheduler.run_once(read_then) == []  # it wakes with the clock it read
+    assert await pool.fetchval("SELECT count(*) FROM fencegate_jobs WHERE queue = 'edge'") == 0
+    assert counted("edge", "too_late") == was + 1
+
+
+async def test_a_stalled_scheduler_waits_for_a_purge_in_progress_then_takes_the_tick_back(
+        pool: asyncpg.Pool) -> None:
+    """The purge's delete of the tick's finished job is not committed yet
+    when the stalled scheduler inserts the tick: the insert's ON CONFLICT
+    waits for that transaction, and once it commits, the insert goes in and
+    the recheck after it, on the database's clock, takes it back."""
+    minutely = Schedule("edge-wait", "* * * * *", queue="edge-wait")
+    retention = 90.0
+    client = LeaseClient(pool=pool)
+    scheduler = Scheduler(client, [minutely], retention_seconds=retention)
+    db_now = await scheduler.database_now()
+    tick = db_now.replace(second=0, microsecond=0) - dt.timedelta(minutes=2)
+    read_then = tick + dt.timedelta(seconds=30)
+    [first] = await Scheduler(client, [minutely], retention_seconds=3600.0).run_once(read_then)
+    await pool.execute("UPDATE fencegate_jobs SET state = 'completed', finished_at = $2 "
+                       "WHERE id = $1", first.job_id, tick + dt.timedelta(seconds=1))
+    async with pool.acquire() as purger:
+        purge = purger.transaction()
+        await purge.start()
+        assert await purger.fetchval(
+            "WITH d AS (DELETE FROM fencegate_jobs WHERE id = $1 RETURNING 1) "
+            "SELECT count(*) FROM d", first.job_id) == 1
+        woke = asyncio.create_task(scheduler.run_once(read_then))
+        await until(lambda: _waits_for_a_lock(pool), "the tick's insert to wait for the purge")
+        assert not woke.done()
+        await purge.commit()
+        assert await woke == []
+    assert await pool.fetchval(
+        "SELECT count(*) FROM fencegate_jobs WHERE queue = 'edge-wait'") == 0
+
+
+async def _waits_for_a_lock(pool: asyncpg.Pool) -> bool:
+    return bool(await pool.fetchval(
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' "
+        "AND query LIKE '%INSERT INTO fencegate_jobs%'"))
+
+
+async def test_a_tick_within_the_retention_is_enqueued_by_a_scheduler_that_stalled(
+        pool: asyncpg.Pool) -> None:
+    """The recheck after the insert takes back only ticks older than the
+    retention by the database's clock: one stalled for less is enqueued."""
+    minutely = Schedule("edge-ok", "* * * * *", queue="edge-ok")
+    scheduler = Scheduler(LeaseClient(pool=pool), [minutely], retention_seconds=3600.0)
+    db_now = await scheduler.database_now()
+    tick = db_now.replace(second=0, microsecond=0) - dt.timedelta(minutes=2)
+    [made] = await scheduler.run_once(tick + dt.timedelta(seconds=30))
+    assert made.enqueued and made.tick == tick
+    assert await pool.fetchval(
+        "SELECT count(*) FROM fencegate_jobs WHERE queue = 'edge-ok'") == 1
 
 
 async def test_a_worker_runs_the_tick_s_job_and_knows_its_tick(pool: asyncpg.Pool) -> None:
