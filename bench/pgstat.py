@@ -55,6 +55,9 @@ SETTINGS = {
     # uncounted, and so does what counting them costs
     "pg_stat_statements.track": os.environ.get("BENCH_PGSTAT_TRACK", "all"),
     "pg_stat_statements.max": "5000",
+    # planning counted apart from execution: a statement of a plpgsql
+    # function planned anew on every call costs as much again as it runs
+    "pg_stat_statements.track_planning": "on",
     "track_io_timing": "on",
     "max_connections": "200",
     "shared_buffers": "128MB",
@@ -105,7 +108,7 @@ def _unprivileged(folder: Path) -> Callable[[], None] | None:
 
 STATEMENTS = """
 SELECT toplevel, calls, total_exec_time, rows, shared_blks_hit, shared_blks_dirtied,
-       wal_bytes, regexp_replace(query, '\\s+', ' ', 'g') AS query
+       wal_bytes, total_plan_time, plans, regexp_replace(query, '\\s+', ' ', 'g') AS query
   FROM pg_stat_statements
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
  ORDER BY total_exec_time DESC
@@ -150,14 +153,16 @@ def report(result: dict[str, Any], shares: Shares, before: Snapshot, after: Snap
         du, dh = upd - b[0], hot - b[1]
         print(f"{rel}: per effect {du / n:.2f} updates ({100 * dh / max(du, 1):.0f} % HOT), "
               f"{(ins - b[2]) / n:.2f} inserts, {(dele - b[3]) / n:.2f} deletes")
-    print("\n| top | calls per effect | µs per effect | µs per call | blocks hit per call "
-          "| dirtied per call | WAL bytes per call | statement |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    for top, calls, ms, _rows, hit, dirtied, wal, query in after.statements[:TOP]:
+    print("\n| top | calls per effect | µs per effect | µs per call | planned per call "
+          "| planning µs per effect | blocks hit per call | dirtied per call "
+          "| WAL bytes per call | statement |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for top, calls, ms, _rows, hit, dirtied, wal, plan_ms, plans, query in \
+            after.statements[:TOP]:
         c = max(calls, 1)
         print(f"| {'y' if top else ''} | {calls / n:.2f} | {1000 * ms / n:.1f} | "
-              f"{1000 * ms / c:.1f} | {hit / c:.1f} | {dirtied / c:.2f} | {float(wal) / c:.0f} "
-              f"| `{query[:150]}` |")
+              f"{1000 * ms / c:.1f} | {plans / c:.2f} | {1000 * plan_ms / n:.1f} | "
+              f"{hit / c:.1f} | {dirtied / c:.2f} | {float(wal) / c:.0f} | `{query[:150]}` |")
 
 
 async def phase(server_dsn: str, name: str, setup: str) -> None:
