@@ -47,11 +47,14 @@ _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/"
                          r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
 #: headers an email's "headers" field may not set, in any letter case: the
-#: gateway owns them (the fence headers too: receivers check them). The
-#: provider's idempotency header is refused by ``owned_header``.
+#: gateway owns them (the fence headers too: receivers check them), and
+#: Content-Length, which a store that trusts it (mbox, some MDAs) would split
+#: the message at. The provider's idempotency header is refused by
+#: ``owned_header``.
 RESERVED_EMAIL_HEADERS = frozenset({
     "from", "to", "cc", "bcc", "reply-to", "subject", "message-id", "date", "sender",
     "mime-version", "content-type", "content-transfer-encoding", "content-disposition",
+    "content-length",
     "return-path", "received",
     FENCE_RESOURCE.lower(), FENCE_TOKEN.lower(),
 })

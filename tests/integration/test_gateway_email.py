@@ -229,6 +229,9 @@ async def test_header_injection_is_a_bad_request_and_sends_nothing(gw: Gw) -> No
         {"reply_to": "a@example.com\r\n"},
         {"headers": {"X-Campaign": "a\r\nBcc: victim@example.com"}},
         {"headers": {"Bcc": "victim@example.com"}},
+        # a store that trusts Content-Length (mbox, some MDAs) would split the message there
+        {"headers": {"Content-Length": "5"}},
+        {"headers": {"content-LENGTH": "5"}},
         {"headers": {"Bad Name": "x"}},
         {"to": ["not an address"]},
         {"to": []},
