@@ -85,9 +85,10 @@ def check(jobs: Sequence[NewJob]) -> None:
 
 
 async def enqueue(client: LeaseClient, queue: str, jobs: Sequence[NewJob],
-                  default_max_attempts: int,
-                  connection: asyncpg.Connection | None) -> list[Enqueued]:
-    """Add ``jobs`` to ``queue``; what became of each, in order."""
+                  default_max_attempts: int, connection: asyncpg.Connection | None,
+                  *, count: bool = True) -> list[Enqueued]:
+    """Add ``jobs`` to ``queue``; what became of each, in order. ``count``
+    False: the caller counts them (``counted``) once its transaction holds."""
     if not jobs:
         return []
     check(jobs)
@@ -100,11 +101,18 @@ async def enqueue(client: LeaseClient, queue: str, jobs: Sequence[NewJob],
             break
     else:
         raise InvalidArgument("a unique key's holder kept changing: enqueue again")
-    added = sum(1 for e in done.values() if not e.deduplicated)
+    answers = [done[i] for i in range(len(jobs))]
+    if count:
+        counted(queue, answers)
+    return answers
+
+
+def counted(queue: str, answers: Sequence[Enqueued]) -> None:
+    """``fencegate_jobs_total`` of an enqueue: the jobs added and deduplicated."""
+    added = sum(1 for e in answers if not e.deduplicated)
     JOBS.labels(queue=queue, event="enqueued").inc(added)
-    if len(done) - added:
-        JOBS.labels(queue=queue, event="deduplicated").inc(len(done) - added)
-    return [done[i] for i in range(len(jobs))]
+    if len(answers) - added:
+        JOBS.labels(queue=queue, event="deduplicated").inc(len(answers) - added)
 
 
 async def _insert(client: LeaseClient, queue: str, jobs: Sequence[NewJob], todo: list[int],

@@ -36,6 +36,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import asyncpg
 from croniter import croniter
 
+from . import enqueue as enqueuing
 from .client import LeaseClient
 from .errors import Busy, InvalidArgument, Unavailable
 from .metrics import PERIODIC_RESULTS, PERIODIC_TICKS
@@ -51,6 +52,11 @@ TICK_WIDTH = len("2026-12-02T03:00:00Z")
 DEFAULT_MAX_SLEEP_SECONDS = 60.0
 #: after a failed pass (the database did not answer), wait this long
 RETRY_SECONDS = 1.0
+#: a pass's new ticks stay uncommitted until drop_late_ticks has looked, and
+#: every other scheduler's pass on the queue waits for them: a pass that
+#: stalls in between (a GC pause, a SIGSTOP) has its session ended and its
+#: ticks rolled back after this long idle, and the others go on
+IDLE_IN_TRANSACTION_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -222,15 +228,19 @@ class Scheduler:
         done: list[Tick] = []
         for queue, due in by_queue.items():
             async with self.client.transaction() as conn:
+                await self.client.fetchval(
+                    "bound_idle_transaction", str(round(IDLE_IN_TRANSACTION_SECONDS * 1000)),
+                    connection=conn)
                 answers = await self._queues[queue].enqueue_reporting([NewJob(
                     s.payload, dedupe_key=tick_key(s.name, tick), ordering_key=s.ordering_key,
                     max_attempts=s.max_attempts, priority=s.priority) for s, tick in due],
-                    connection=conn)
+                    connection=conn, count=False)
                 made = [(a.id, tick) for (_, tick), a in zip(due, answers, strict=True)
                         if not a.deduplicated]
                 late = {r["id"] for r in await self.client.fetch(
                     "drop_late_ticks", [i for i, _ in made], [t for _, t in made],
                     self.retention_seconds, connection=conn)} if made else set()
+            enqueuing.counted(queue, [a for a in answers if a.id not in late])
             for (s, tick), answer in zip(due, answers, strict=True):
                 if answer.id in late:  # this pass read the clock before a stall (drop_late_ticks)
                     self._too_late(s, tick)

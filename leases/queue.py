@@ -164,11 +164,13 @@ class Queue(QueueControl):
 
     async def enqueue_reporting(self, jobs: Sequence[NewJob], *,
                                 connection: asyncpg.Connection | None = None,
-                                ) -> list[Enqueued]:
+                                count: bool = True) -> list[Enqueued]:
         """``enqueue_many``, saying of each job whether it was deduplicated
-        (by its dedupe key, or its unique key held: leases/enqueue.py)."""
+        (by its dedupe key, or its unique key held: leases/enqueue.py).
+        ``count`` False: not counted in ``fencegate_jobs_total`` here (the
+        caller counts what its transaction kept, ``enqueue.counted``)."""
         return await enqueuing.enqueue(self.client, self.name, jobs, self.retry.max_attempts,
-                                     connection)
+                                     connection, count=count)
 
     async def claim(self, owner: str | None = None, *, limit: int = 1,
                     ttl: float = 30.0) -> list[Job]:

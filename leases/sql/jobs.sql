@@ -17,6 +17,13 @@ SELECT $1, p, d, o, coalesce(r, clock_timestamp()), m, pr, uk, uf,
 ON CONFLICT DO NOTHING
 RETURNING id, dedupe_key, unique_key;
 
+-- name: bound_idle_transaction
+-- Ends this session if it sits idle in its transaction for more than $1
+-- milliseconds (the transaction only: SET LOCAL), rolling it back: a
+-- process that stalls holding uncommitted rows others wait for (a periodic
+-- pass's new ticks) holds them that long at most.
+SELECT set_config('idle_in_transaction_session_timeout', $1::text, true);
+
 -- name: drop_late_ticks
 -- Periodic ticks just enqueued, in the enqueue's own transaction ($1 their
 -- job ids, $2 their ticks), that are older than the retention ($3 seconds)

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 from prometheus_client import REGISTRY
 
-from leases import LeaseClient, Queue, Worker, database
+from leases import LeaseClient, Queue, Unavailable, Worker, database, periodic
 from leases.periodic import Schedule, Scheduler, tick_key, tick_of
 from leases.queue import Job
 from tests.support.served import FENCEGATE
@@ -166,10 +167,16 @@ async def test_a_scheduler_that_stalled_past_the_retention_does_not_enqueue_a_ti
     await pool.execute("UPDATE fencegate_jobs SET state = 'completed', finished_at = $2 "
                        "WHERE id = $1", first.job_id, tick + dt.timedelta(seconds=1))
     assert await Queue(client, "edge", retention_seconds=retention).purge() == 1
-    was = counted("edge", "too_late")
+    was, made = counted("edge", "too_late"), _jobs_counted("edge", "enqueued")
     assert await scheduler.run_once(read_then) == []  # it wakes with the clock it read
     assert await pool.fetchval("SELECT count(*) FROM fencegate_jobs WHERE queue = 'edge'") == 0
     assert counted("edge", "too_late") == was + 1
+    assert _jobs_counted("edge", "enqueued") == made, "a tick taken back was counted as a job"
+
+
+def _jobs_counted(queue: str, event: str) -> float:
+    return REGISTRY.get_sample_value("fencegate_jobs_total",
+                                     {"queue": queue, "event": event}) or 0.0
 
 
 async def test_a_stalled_scheduler_waits_for_a_purge_in_progress_then_takes_the_tick_back(
@@ -208,6 +215,52 @@ async def _waits_for_a_lock(pool: asyncpg.Pool) -> bool:
         "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
         "AND wait_event_type = 'Lock' "
         "AND query LIKE '%INSERT INTO fencegate_jobs%'"))
+
+
+class _StallsBeforeItsRecheck(LeaseClient):
+    """A scheduler's client that stalls, its new tick inserted and not yet
+    committed, until ``resume`` is set (a GC pause, a SIGSTOP)."""
+
+    def __init__(self, pool: asyncpg.Pool, resume: asyncio.Event) -> None:
+        super().__init__(pool=pool)
+        self.resume = resume
+
+    async def fetch(self, name: str, *args: Any, **kw: Any) -> list[asyncpg.Record]:
+        if name == "drop_late_ticks":
+            await self.resume.wait()
+        return await super().fetch(name, *args, **kw)
+
+
+async def test_a_pass_stalled_in_its_transaction_holds_the_other_schedulers_back_a_while(
+        pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass's new tick stays uncommitted until its recheck, and another
+    scheduler's insert of the same tick waits for it. A pass that stalls
+    there has its session ended once idle for IDLE_IN_TRANSACTION_SECONDS,
+    its tick rolled back, so the other scheduler's pass goes on and makes
+    the tick, once; the stalled pass, when it wakes, fails and makes nothing."""
+    monkeypatch.setattr(periodic, "IDLE_IN_TRANSACTION_SECONDS", 0.5)
+    minutely = Schedule("held", "* * * * *", queue="held")
+    resume = asyncio.Event()
+    stalled = Scheduler(_StallsBeforeItsRecheck(pool, resume), [minutely])
+    now = await stalled.database_now()
+    stuck = asyncio.create_task(stalled.run_once(now))
+    await until(lambda: _idle_in_transaction(pool), "the stalled pass to hold its new tick")
+    try:  # (without the bound it would wait for the stalled pass, here forever)
+        [tick] = await asyncio.wait_for(
+            Scheduler(LeaseClient(pool=pool), [minutely]).run_once(now), 60)
+    finally:
+        resume.set()
+    assert tick.enqueued
+    with pytest.raises((Unavailable, asyncpg.PostgresError, asyncpg.InterfaceError)):
+        await stuck
+    assert await pool.fetchval(
+        "SELECT count(*) FROM fencegate_jobs WHERE queue = 'held'") == 1
+
+
+async def _idle_in_transaction(pool: asyncpg.Pool) -> bool:
+    return bool(await pool.fetchval(
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state = 'idle in transaction'"))
 
 
 async def test_a_tick_within_the_retention_is_enqueued_by_a_scheduler_that_stalled(
