@@ -90,6 +90,23 @@ async def test_the_outbox_function_honours_unique_keys(pool: asyncpg.Pool) -> No
         "SELECT fencegate_enqueue_job('mail', '{}'::jsonb, unique_key => 'k')") != first
 
 
+async def test_the_outbox_function_refuses_a_bad_window_with_a_clear_error(
+        pool: asyncpg.Pool) -> None:
+    """A SQL caller's unique_for is checked as enqueue's is: a window under
+    0.001 s, zero, negative, NaN or infinite, or a window without a key, is
+    an invalid_parameter_value (22023) that says what is wrong, not a
+    division by zero or a bigint out of range from deep inside, and
+    nothing is enqueued."""
+    for bad in ("1e-9", "0", "-1", "'NaN'", "'Infinity'"):
+        with pytest.raises(asyncpg.InvalidParameterValueError, match="unique_for"):
+            await pool.fetchval("SELECT fencegate_enqueue_job('mail', '{}'::jsonb, "
+                                f"unique_key => 'k', unique_for => {bad}::float8)")
+    with pytest.raises(asyncpg.InvalidParameterValueError, match="unique_key"):
+        await pool.fetchval("SELECT fencegate_enqueue_job('mail', '{}'::jsonb, "
+                            "unique_for => 60)")
+    assert await pool.fetchval("SELECT count(*) FROM fencegate_jobs") == 0
+
+
 async def test_unique_arguments_are_checked(pool: asyncpg.Pool) -> None:
     q = queue(pool)
     with pytest.raises(InvalidArgument):

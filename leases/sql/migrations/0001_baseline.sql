@@ -1195,6 +1195,15 @@ DECLARE
     made bigint;
     slot text;
 BEGIN
+    -- as enqueue checks them (leases/enqueue.py): a window fits a bigint
+    -- count of windows since the epoch at 0.001 s and more
+    IF $9 IS NOT NULL AND $8 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'unique_for needs a unique_key';
+    END IF;
+    IF NOT ($9 >= 0.001 AND $9 < 'Infinity') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'unique_for must be a finite number of seconds, at least 0.001';
+    END IF;
     LOOP
         slot := fencegate_unique_slot($8, $9);
         INSERT INTO fencegate_jobs AS j (queue, payload, dedupe_key, ordering_key, run_at,
