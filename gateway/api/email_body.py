@@ -46,6 +46,12 @@ MAX_FILENAME = 255
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/"
                          r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
+OCTETS = "application/octet-stream"
+#: attachments' media types whose body is MIME itself (a forwarded message,
+#: a multipart): such a part may not be base64 (RFC 2046 5.1, 5.2.1), and its
+#: bytes would have to be taken apart and rebuilt to be sent otherwise
+MIME_ITSELF = ("message/", "multipart/")
+
 #: headers an email's "headers" field may not set, in any letter case: the
 #: gateway owns them (the fence headers too: receivers check them), and
 #: Content-Length, which a store that trusts it (mbox, some MDAs) would split
@@ -323,9 +329,16 @@ def attachment(field: str, value: Any) -> Attachment:
         raise bad(f"{field}.content", "must be base64 (RFC 4648, no line breaks)") from None
     content_type = value.get("content_type")
     if content_type is None:
-        content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        content_type = mimetypes.guess_type(filename)[0] or OCTETS
+        if content_type.startswith(MIME_ITSELF):  # a forwarded .eml: its bytes as given
+            content_type = OCTETS
     elif not isinstance(content_type, str) or not _MEDIA_TYPE.fullmatch(content_type):
         raise bad(f"{field}.content_type", "must be a media type such as application/pdf")
+    elif content_type.lower().startswith(MIME_ITSELF):
+        raise bad(f"{field}.content_type", f"cannot be {content_type}: a part of that type is "
+                  "MIME itself, which may not be sent in base64 (RFC 2046) and which the "
+                  f"gateway does not take apart; send the file as {OCTETS}, its bytes as "
+                  "they are")
     return Attachment(filename, content_type.lower(), data)
 
 

@@ -331,3 +331,33 @@ async def test_a_callers_content_headers_reach_the_sink(gw: Gw) -> None:
         kind = "text/plain" if len(extra) == 1 else "multipart/"
         assert (msg.header("Content-Type") or "").startswith(kind), msg.headers
     assert len(gw.smtp.deliveries) == len(bodies)
+
+
+async def test_an_attachment_that_is_itself_mime_goes_as_bytes_or_is_refused(gw: Gw) -> None:
+    """A message/* or multipart/* part's body is MIME itself, which may not
+    be sent in base64 (RFC 2046 5.1, 5.2.1) and which the gateway does not
+    take apart. A type guessed from the filename (a forwarded .eml) goes as
+    application/octet-stream, its bytes as given; the same type asked for
+    is a 400 that says what to send instead, and nothing is sent."""
+    import base64
+    import email
+    import email.policy
+
+    lease = await gw.leases.claim("run:eml", ttl=30)
+    assert lease is not None
+    eml = b"From: x@example.com\r\nTo: y@example.com\r\nSubject: fwd\r\n\r\nbody\r\n"
+    content = base64.b64encode(eml).decode()
+    status, _, body = await gw.email(lease, "k-eml", body={
+        "attachments": [{"filename": "forwarded.eml", "content": content}]})
+    assert status == 200, body
+    sent = email.message_from_bytes(gw.smtp.deliveries[-1].body, policy=email.policy.default)
+    [part] = list(sent.iter_attachments())  # type: ignore[attr-defined]
+    assert part.get_content_type() == "application/octet-stream"
+    assert part.get_filename() == "forwarded.eml" and part.get_content() == eml
+    before = len(gw.smtp.deliveries)
+    for n, kind in enumerate(("message/rfc822", "MESSAGE/global", "multipart/mixed")):
+        status, _, body = await gw.email(lease, f"k-eml-{n}", body={"attachments": [
+            {"filename": "forwarded.eml", "content": content, "content_type": kind}]})
+        assert status == 400 and body["code"] == "bad_request", (kind, body)
+        assert "content_type" in body["detail"] and "application/octet-stream" in body["detail"]
+    assert len(gw.smtp.deliveries) == before
