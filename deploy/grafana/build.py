@@ -87,6 +87,15 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("Job events", "timeseries", "ops",
          [('queue_event:fencegate_jobs:rate5m{queue=~"$queue"}', "{{queue}} {{event}}")], 24,
          "Enqueued, claimed, completed, retried, dead and replayed jobs per second."),
+        ("Paused queues", "timeseries", "none",
+         [('queue:fencegate_queue_paused:max{queue=~"$queue"}', "{{queue}}")], 12,
+         "1 while a queue is paused (fencegate jobs pause QUEUE): nothing is claimed from "
+         "it; fencegate jobs resume QUEUE."),
+        ("Cancels and snoozes", "timeseries", "ops",
+         [('queue_event:fencegate_jobs:rate5m{queue=~"$queue",event=~"cancelled|snoozed"}',
+           "{{queue}} {{event}}")], 12,
+         "Jobs cancelled (fencegate jobs cancel) and runs snoozed from their handlers, per "
+         "second."),
     ]),
     ("Leases", [
         ("Lease claims", "timeseries", "ops",
