@@ -1145,14 +1145,9 @@ $$;
 -- lease rows by resource (as every batch of lease statements locks them), so
 -- a completion never deadlocks with another completion (a zombie's and the
 -- new holder's), a recovery, or a batch on the same leases.
--- Its UPDATE's generic plan is kept too: a custom plan for each call's
--- arrays was made anew every time, 150 µs a call against 105 to run it
--- (bench/NOTES.md). It finds the jobs by id and each lease by its resource
--- whatever the statistics, as the plan of any size of batch does: the state
--- is compared to a subquery, which no partial index can be proven to match.
 CREATE FUNCTION fencegate_complete_jobs(p_id bigint[], p_fence bigint[], p_ref text[])
 RETURNS SETOF bigint
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
     PERFORM fencegate_lock_completions(p_id);
     RETURN QUERY
