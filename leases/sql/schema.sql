@@ -1172,39 +1172,27 @@ $$;
 -- lease rows by resource (as every batch of lease statements locks them), so
 -- a completion never deadlocks with another completion (a zombie's and the
 -- new holder's), a recovery, or a batch on the same leases.
--- Its statements keep their generic plans: a custom plan for each call's
--- arrays was made anew every time, 150 µs a call against 105 to run it
--- (bench/NOTES.md), and with no join in them, no plan of theirs reads more
--- than its own jobs and leases, whatever the statistics.
 CREATE FUNCTION fencegate_complete_jobs(p_id bigint[], p_fence bigint[], p_ref text[])
 RETURNS SETOF bigint
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
     PERFORM fencegate_lock_completions(p_id);
     RETURN QUERY
-    -- No joins: each job's fence and result are read from the arrays by its
-    -- position, its lease by its key in a subquery of its own, and the leases
-    -- to end by arrays. A plan made under statistics of one lease row (or of
-    -- a queue of a few jobs) otherwise scanned every lease per job (6,000 rows
-    -- read for 8 completions at 3,000 leases; 1,000 took 4.5 s at 20,000
-    -- leases), or rescanned the arrays per row (1,000 took 200-350 ms).
     WITH done AS (
         UPDATE fencegate_jobs j
-           SET state = 'completed', finished_at = clock_timestamp(),
-               result_ref = p_ref[array_position(p_id, j.id)]
-         WHERE j.id = ANY(p_id) AND j.fence = p_fence[array_position(p_id, j.id)]
+           SET state = 'completed', finished_at = clock_timestamp(), result_ref = t.ref
+          FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref), fencegate_leases l
+         WHERE j.id = ANY(p_id) AND j.id = t.id AND j.fence = t.fence
            -- not the claimed-jobs index: a subquery it cannot prove to be it
            AND j.state = (SELECT 'claimed'::text)
-           AND (SELECT l.fence FROM fencegate_leases l
-                 WHERE l.resource = j.resource AND l.expires_at > clock_timestamp()) = j.fence
+           AND l.resource = j.resource AND l.fence = t.fence
+           AND l.expires_at > clock_timestamp()
         RETURNING j.id, j.resource, j.fence
     ), ended AS (
-        -- the lease rows are this transaction's (fencegate_lock_completions)
-        -- and done has read each one's fence: the resource names the grant
         UPDATE fencegate_leases l SET expires_at = clock_timestamp()
-         WHERE l.resource = ANY(ARRAY(SELECT d.resource FROM done d))
-           AND l.fence = ANY(ARRAY(SELECT d.fence FROM done d))
-           AND l.expires_at > clock_timestamp()
+          FROM done
+         WHERE l.resource = done.resource
+           AND l.fence = done.fence AND l.expires_at > clock_timestamp()
     )
     SELECT done.id FROM done;
 END
