@@ -463,19 +463,26 @@ async def test_a_worker_takes_up_what_it_claimed_only_for_the_time_its_leases_ha
     assert await q.claimed_by("w-lost", 60) == []
 
 
+@pytest.mark.parametrize("leases_analysed", [0, pytest.param(1, marks=pytest.mark.xfail(
+    strict=True, reason="known: statistics of one lease row on one page make the "
+    "completion's plans scan every lease per job (bench/NOTES.md, sixth round)"))])
 async def test_a_completion_reads_its_own_jobs_however_stale_the_statistics(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, leases_analysed: int,
 ) -> None:
     """A completion reads the rows of its own jobs and leases, not every
-    claimed job: its plans, cached on a pooled connection while the queue was
-    small (or under statistics that undercount the claimed jobs), must not
-    scan the claimed jobs and join each to its lease. Such a plan completed a
-    batch of 8 in 135 ms and of 1,000 in 4 s at 60,000 claimed jobs."""
+    claimed job or every lease: its plans, cached on a pooled connection
+    while the queue was small (or under statistics that undercount the
+    claimed jobs, or show the leases' table as one sparse row), must not scan
+    the claimed jobs and join each to its lease, nor scan the leases for
+    each job. Such plans completed a batch of 8 in 135 ms and of 1,000 in
+    4 s at 60,000 claimed jobs."""
     await pool.execute("ALTER TABLE fencegate_jobs SET (autovacuum_enabled = off)")
     await pool.execute("ALTER TABLE fencegate_leases SET (autovacuum_enabled = off)")
     try:
         q = Queue(LeaseClient(pool=pool, owner="stale"), "stale")
         await q.enqueue_many([NewJob({"n": n}) for n in range(20)])
+        if leases_analysed:  # the statistics then show one lease row on one page
+            assert len(await q.claim("stale", limit=leases_analysed, ttl=60)) == leases_analysed
         await pool.execute("ANALYZE fencegate_jobs; ANALYZE fencegate_leases")
         async with pool.acquire() as conn:
             complete = sql.query("complete_jobs")
