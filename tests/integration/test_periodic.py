@@ -224,9 +224,12 @@ class _StallsBeforeItsRecheck(LeaseClient):
     def __init__(self, pool: asyncpg.Pool, resume: asyncio.Event) -> None:
         super().__init__(pool=pool)
         self.resume = resume
+        #: set once its tick is inserted, the transaction open, and it stalls
+        self.stalled = asyncio.Event()
 
     async def fetch(self, name: str, *args: Any, **kw: Any) -> list[asyncpg.Record]:
         if name == "drop_late_ticks":
+            self.stalled.set()
             await self.resume.wait()
         return await super().fetch(name, *args, **kw)
 
@@ -241,10 +244,11 @@ async def test_a_pass_stalled_in_its_transaction_holds_the_other_schedulers_back
     monkeypatch.setattr(periodic, "IDLE_IN_TRANSACTION_SECONDS", 0.5)
     minutely = Schedule("held", "* * * * *", queue="held")
     resume = asyncio.Event()
-    stalled = Scheduler(_StallsBeforeItsRecheck(pool, resume), [minutely])
+    client = _StallsBeforeItsRecheck(pool, resume)
+    stalled = Scheduler(client, [minutely])
     now = await stalled.database_now()
     stuck = asyncio.create_task(stalled.run_once(now))
-    await until(lambda: _idle_in_transaction(pool), "the stalled pass to hold its new tick")
+    await asyncio.wait_for(client.stalled.wait(), 60)  # its tick inserted, not committed
     try:  # (without the bound it would wait for the stalled pass, here forever)
         [tick] = await asyncio.wait_for(
             Scheduler(LeaseClient(pool=pool), [minutely]).run_once(now), 60)
@@ -255,12 +259,6 @@ async def test_a_pass_stalled_in_its_transaction_holds_the_other_schedulers_back
         await stuck
     assert await pool.fetchval(
         "SELECT count(*) FROM fencegate_jobs WHERE queue = 'held'") == 1
-
-
-async def _idle_in_transaction(pool: asyncpg.Pool) -> bool:
-    return bool(await pool.fetchval(
-        "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() "
-        "AND state = 'idle in transaction'"))
 
 
 async def test_a_tick_within_the_retention_is_enqueued_by_a_scheduler_that_stalled(
