@@ -1137,14 +1137,51 @@ BEGIN
 END
 $$;
 
--- fencegate_complete_jobs for several jobs, their rows locked: one set-based
--- UPDATE, planned for each call's arrays. A plan kept for the session, made
--- under statistics of one lease row on one page (ANALYZE while the queue's
--- first job was claimed), read every lease for each batch.
-CREATE FUNCTION fencegate_complete_batch(p_id bigint[], p_fence bigint[], p_ref text[])
+-- Complete a batch of jobs ($1 ids, $2 fences, $3 result refs), each only
+-- while its fence is current and its lease live (a lapsed lease's fence
+-- records nothing, as at the gateway), ending each one's lease: the ids that
+-- counted.
+-- One lock order everywhere: job rows before lease rows, job rows by id and
+-- lease rows by resource (as every batch of lease statements locks them), so
+-- a completion never deadlocks with another completion (a zombie's and the
+-- new holder's), a recovery, or a batch on the same leases.
+-- One job (a worker's at concurrency 1, complete_job) runs statements by key
+-- with scalar parameters, whose plans are kept for the session whatever the
+-- statistics: the set-based UPDATE over arrays of one was planned anew on
+-- every call, 150 us of a job's 0.7 ms (bench/NOTES.md, seventh round). A
+-- batch of several runs the set-based UPDATE, whose planning its jobs share.
+-- For an id given twice, the entry whose fence is current counts, once.
+CREATE FUNCTION fencegate_complete_jobs(p_id bigint[], p_fence bigint[], p_ref text[])
 RETURNS SETOF bigint
-LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    v_id bigint;
+    v_fence bigint;
+    v_ref text;
+    v_resource text;
 BEGIN
+    PERFORM fencegate_lock_completions(p_id);
+    IF cardinality(p_id) = 1 THEN
+        -- its rows are locked (above): nothing changes them between statements.
+        -- unnest, as below: an array of any bounds or dimensions (from SQL)
+        SELECT t.id, t.fence, t.ref INTO v_id, v_fence, v_ref
+          FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref) LIMIT 1;
+        UPDATE fencegate_jobs j
+           SET state = 'completed', finished_at = clock_timestamp(), result_ref = v_ref
+         WHERE j.id = v_id AND j.fence = v_fence
+           AND j.state = (SELECT 'claimed'::text)  -- as below
+           AND EXISTS (SELECT 1 FROM fencegate_leases l
+                        WHERE l.resource = j.resource AND l.fence = v_fence
+                          AND l.expires_at > clock_timestamp())
+        RETURNING j.resource INTO v_resource;
+        IF FOUND THEN
+            UPDATE fencegate_leases l SET expires_at = clock_timestamp()
+             WHERE l.resource = v_resource AND l.fence = v_fence
+               AND l.expires_at > clock_timestamp();
+            RETURN NEXT v_id;
+        END IF;
+        RETURN;
+    END IF;
     RETURN QUERY
     WITH done AS (
         UPDATE fencegate_jobs j
@@ -1163,53 +1200,6 @@ BEGIN
            AND l.fence = done.fence AND l.expires_at > clock_timestamp()
     )
     SELECT done.id FROM done;
-END
-$$;
-
--- Complete a batch of jobs ($1 ids, $2 fences, $3 result refs), each only
--- while its fence is current and its lease live (a lapsed lease's fence
--- records nothing, as at the gateway), ending each one's lease: the ids that
--- counted.
--- One lock order everywhere: job rows before lease rows, job rows by id and
--- lease rows by resource (as every batch of lease statements locks them), so
--- a completion never deadlocks with another completion (a zombie's and the
--- new holder's), a recovery, or a batch on the same leases.
--- One job (a worker's at concurrency 1, complete_job) runs statements by key
--- with scalar parameters, whose plans are kept for the session whatever the
--- statistics: the set-based UPDATE over arrays of one was planned anew on
--- every call, 150 us of a job's 0.7 ms (bench/NOTES.md, seventh round). A
--- batch of several shares that planning. For an id given twice, the entry
--- whose fence is current counts, once.
-CREATE FUNCTION fencegate_complete_jobs(p_id bigint[], p_fence bigint[], p_ref text[])
-RETURNS SETOF bigint
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
-DECLARE
-    v_id bigint;
-    v_fence bigint;
-    v_resource text;
-BEGIN
-    PERFORM fencegate_lock_completions(p_id);
-    IF cardinality(p_id) = 1 THEN
-        -- its rows are locked (above): nothing changes them between statements
-        v_id := p_id[1];
-        v_fence := p_fence[1];
-        UPDATE fencegate_jobs j
-           SET state = 'completed', finished_at = clock_timestamp(), result_ref = p_ref[1]
-         WHERE j.id = v_id AND j.fence = v_fence
-           AND j.state = (SELECT 'claimed'::text)  -- as in fencegate_complete_batch
-           AND EXISTS (SELECT 1 FROM fencegate_leases l
-                        WHERE l.resource = j.resource AND l.fence = v_fence
-                          AND l.expires_at > clock_timestamp())
-        RETURNING j.resource INTO v_resource;
-        IF FOUND THEN
-            UPDATE fencegate_leases l SET expires_at = clock_timestamp()
-             WHERE l.resource = v_resource AND l.fence = v_fence
-               AND l.expires_at > clock_timestamp();
-            RETURN NEXT v_id;
-        END IF;
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT fencegate_complete_batch(p_id, p_fence, p_ref);
 END
 $$;
 
