@@ -1182,22 +1182,26 @@ BEGIN
         END IF;
         RETURN;
     END IF;
+    -- every lease looked up by key: a subquery for each job's (run per job,
+    -- never joined) and = ANY for those to end (their rows locked above, each
+    -- one's fence that of its job in done). Joined, the leases were read
+    -- whole under statistics of one lease row, custom plan or not.
     RETURN QUERY
     WITH done AS (
         UPDATE fencegate_jobs j
            SET state = 'completed', finished_at = clock_timestamp(), result_ref = t.ref
-          FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref), fencegate_leases l
+          FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref)
          WHERE j.id = ANY(p_id) AND j.id = t.id AND j.fence = t.fence
            -- not the claimed-jobs index: a subquery it cannot prove to be it
            AND j.state = (SELECT 'claimed'::text)
-           AND l.resource = j.resource AND l.fence = t.fence
-           AND l.expires_at > clock_timestamp()
-        RETURNING j.id, j.resource, j.fence
+           AND t.fence = (SELECT l.fence FROM fencegate_leases l
+                           WHERE l.resource = j.resource
+                             AND l.expires_at > clock_timestamp())
+        RETURNING j.id, j.resource
     ), ended AS (
         UPDATE fencegate_leases l SET expires_at = clock_timestamp()
-          FROM done
-         WHERE l.resource = done.resource
-           AND l.fence = done.fence AND l.expires_at > clock_timestamp()
+         WHERE l.resource = ANY(ARRAY(SELECT done.resource FROM done))
+           AND l.expires_at > clock_timestamp()
     )
     SELECT done.id FROM done;
 END
