@@ -305,7 +305,8 @@ async def test_a_completion_reads_its_arrays_whatever_their_bounds(pool: asyncpg
     await q.enqueue_many([NewJob({"n": i}) for i in range(2)])
     one, two = await q.claim(limit=2, ttl=30)
     done = await pool.fetch(
-        "SELECT x FROM fencegate_complete_jobs($1::text::bigint[], $2::text::bigint[], '{{kept}}') x",
+        "SELECT x FROM fencegate_complete_jobs("
+        "$1::text::bigint[], $2::text::bigint[], '{{kept}}') x",
         f"[0:0]={{{one.id}}}", f"{{{one.fence}}}")  # as text: bounds kept
     assert [r["x"] for r in done] == [one.id]
     done = await pool.fetch(
