@@ -17,7 +17,7 @@ import random
 import asyncpg
 
 from leases import LeaseClient, Queue, sql
-from leases.queue import NewJob, job_resource
+from leases.queue import Job, NewJob, job_resource
 from tests.support.lapse import lapse
 from tests.support.locks import until_waiting
 
@@ -173,3 +173,69 @@ async def test_recovering_jobs_locks_their_leases_in_resource_order(
         await conn.execute("SELECT 1 FROM fencegate_leases WHERE resource = $1"
                            " FOR NO KEY UPDATE", second)
     assert await asyncio.wait_for(recovering, 60) == 10
+
+
+async def test_a_zombie_s_batches_racing_the_holder_s_and_cancels_count_only_the_holder(
+    pool: asyncpg.Pool,
+) -> None:
+    """Round after round: a worker claims 48 jobs and stalls past their
+    leases; they are recovered and claimed again, under higher fences, by a
+    second worker. Then, all at once on connections of their own: the
+    zombie's batch completions of every job under its old fences, the
+    holder's batch completions of every job under the current ones (batches
+    of 1, 2, 8 and 37: the path by key and the set-based one), and cancels of
+    a random half. The zombie counts nothing; each job is completed by its
+    holder or cancelled, exactly one of the two; a completed job keeps its
+    holder's result; no job's lease outlives its end."""
+    rng = random.Random(28)
+    zombie, holder, admin = queue(pool, "zombie"), queue(pool, "holder"), queue(pool, "admin")
+    for round_ in range(6):
+        await zombie.enqueue_many([NewJob({"round": round_, "n": n}) for n in range(48)])
+        stale = await zombie.claim("zombie:1", limit=48, ttl=60)
+        assert len(stale) == 48
+        await lapse(pool, after=[zombie, holder])
+        assert await admin.recover() == 48
+        current = await holder.claim("holder:1", limit=48, ttl=60)
+        assert {j.id for j in current} == {j.id for j in stale}
+        rng.shuffle(stale)
+        rng.shuffle(current)
+        cancelled_ids = rng.sample([j.id for j in current], 24)
+
+        def batches(jobs: list[Job], ref: str) -> list[list[tuple[Job, str]]]:
+            out, i = [], 0
+            for size in (1, 2, 8, 37):
+                out.append([(j, f"{ref}:{j.id}") for j in jobs[i:i + size]])
+                i += size
+            return out
+
+        async def cancel(job_id: int) -> tuple[int, bool]:
+            return job_id, (await admin.cancel(job_id)).cancelled
+
+        zombie_calls = [zombie.complete_many(b) for b in batches(stale, "zombie")]
+        holder_calls = [holder.complete_many(b) for b in batches(current, "holder")]
+        cancel_calls = [cancel(i) for i in cancelled_ids]
+        calls = [*zombie_calls, *holder_calls, *cancel_calls]
+        order = list(range(len(calls)))
+        rng.shuffle(order)
+        answers = await asyncio.gather(*(calls[i] for i in order))
+        answered = dict(zip(order, answers, strict=True))
+        zombie_counted = set().union(*(answered[i] for i in range(4)))
+        holder_counted = set().union(*(answered[i] for i in range(4, 8)))
+        cancelled = {job_id for job_id, ok in (answered[i] for i in range(8, len(calls)))
+                     if ok}
+        assert zombie_counted == set(), f"round {round_}: the zombie counted {zombie_counted}"
+        assert holder_counted.isdisjoint(cancelled), f"round {round_}: both for " \
+            f"{holder_counted & cancelled}"
+        assert holder_counted | cancelled == {j.id for j in current}, f"round {round_}"
+        rows = await pool.fetch(
+            "SELECT j.id, j.state, j.result_ref, l.expires_at > clock_timestamp() AS live "
+            "FROM fencegate_jobs j LEFT JOIN fencegate_leases l "
+            "ON l.resource = 'job:' || j.queue || ':' || j.id WHERE j.id = ANY($1::bigint[])",
+            [j.id for j in current])
+        for row in rows:
+            if row["id"] in holder_counted:
+                assert (row["state"], row["result_ref"]) == (
+                    "completed", f"holder:{row['id']}"), dict(row)
+            else:
+                assert (row["state"], row["result_ref"]) == ("cancelled", None), dict(row)
+            assert not row["live"], dict(row)
