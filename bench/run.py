@@ -38,6 +38,7 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+from prometheus_client import REGISTRY
 
 from leases import LeaseClient, NewJob, Queue, Worker, database
 from leases.queue import Job
@@ -202,14 +203,34 @@ SATURATING = 32
 MODERATE_RATE = 200
 
 
-def _http(spec: dict[str, Any], levels: tuple[int, ...]) -> dict[str, Any]:
-    """Moderate load (every latency kept), then each closed loop of ``levels``."""
+def _http(spec: dict[str, Any], levels: tuple[int, ...], middle: int | None = None,
+          pg: int | None = None) -> dict[str, Any]:
+    """Moderate load (every latency kept), then each closed loop of ``levels``;
+    with ``middle`` (the pid of the proxy or gateway between the callers and
+    the sink), that process tree's CPU ms per request in the loop of one, and
+    with ``pg`` (the postmaster's) PostgreSQL's."""
+    meter = CpuMeter({"middle": [middle], **({"PostgreSQL": [pg]} if pg else {})}
+                     if middle else {})
+    shares: list[Any] = []
+
+    def closed(c: int) -> dict[str, Any]:
+        measured = middle is not None and c == 1
+        r = run_load({"kind": "http", "concurrency": c, "run_id": f"c{c}-{time.time_ns()}",
+                      **spec},
+                     on_start=(lambda _pid: meter.start()) if measured else None,
+                     on_end=(lambda: shares.append(meter.stop())) if measured else None)
+        if measured and shares and r["n"]:
+            s = shares[0]
+            per = s.seconds * s.cpus * 1000 / (r["n"] + r["errors"])
+            r["cpu_ms"] = s.groups["middle"] * per
+            if "PostgreSQL" in s.groups:
+                r["pg_ms"] = s.groups["PostgreSQL"] * per
+        return r
+
     return {"moderate": run_load({"kind": "http", "rate": MODERATE_RATE,
                                   "keep_latencies": True, "run_id": f"m{time.time_ns()}",
                                   **spec}),
-            "closed": {c: run_load({"kind": "http", "concurrency": c,
-                                    "run_id": f"c{c}-{time.time_ns()}", **spec})
-                       for c in levels}}
+            "closed": {c: closed(c) for c in levels}}
 
 
 async def bench_http(dsn: str) -> None:
@@ -218,29 +239,36 @@ async def bench_http(dsn: str) -> None:
     say(f"Moderate load: an open loop at {MODERATE_RATE} requests/s for {SECONDS:g}s. "
         f"1 caller: a closed loop of one. Saturation: a closed loop of {SATURATING} callers "
         f"for {SECONDS:g}s. Effects spread over {RESOURCES} leased resources, every request "
-        "a new idempotency key.\n")
+        "a new idempotency key. CPU per request, 1 caller: over the loop of one, "
+        "milliseconds of the middle process tree (the bare proxy's, or the gateway's) and "
+        "of PostgreSQL's, per request.\n")
     rows: dict[str, dict[str, Any]] = {}
-    with peer("sink", sink_port), peer("proxy", proxy_port, f"http://127.0.0.1:{sink_port}"):
+    pg = await postmaster_pid(dsn)
+    with peer("sink", sink_port), \
+            peer("proxy", proxy_port, f"http://127.0.0.1:{sink_port}") as proxy:
         await wait_port(sink_port)
         await wait_port(proxy_port)
         rows["direct"] = _http({"url": f"http://127.0.0.1:{sink_port}/hook/x"}, SWEEP)
-        rows["bare proxy"] = _http({"url": f"http://127.0.0.1:{proxy_port}/hook/x"}, SWEEP)
+        rows["bare proxy"] = _http({"url": f"http://127.0.0.1:{proxy_port}/hook/x"}, SWEEP,
+                                   proxy.pid)
         for workers in (1, 2):
             async with gateway(dsn, sink_port, smtp_port, workers) as gw:
                 rows[f"gateway --workers {workers}"] = _http(
                     {"url": f"{gw.url}/v1/http/sink/x", "leases": gw.leases},
-                    SWEEP if workers == 1 else (1, SATURATING))
+                    SWEEP if workers == 1 else (1, SATURATING), gw.proc.pid, pg)
     direct, bare = rows["direct"], rows["bare proxy"]
     say("| path | p50 ms (moderate) | p99 ms (moderate) | +p50 vs direct | +p99 vs direct "
-        "| p50 ms (1 caller) | +p50 vs direct | saturation req/s | vs bare proxy | errors |")
-    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        "| p50 ms (1 caller) | +p50 vs direct | CPU ms per request, 1 caller: proxy "
+        "| PostgreSQL | saturation req/s | vs bare proxy | errors |")
+    say("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, row in rows.items():
         mod, one, sat = row["moderate"], row["closed"][1], row["closed"][SATURATING]
+        cpu = " | ".join(f"{one[k]:.3f}" if k in one else "n/a" for k in ("cpu_ms", "pg_ms"))
         errors = mod["errors"] + sum(r["errors"] for r in row["closed"].values())
         say(f"| {name} | {mod['p50']:.2f} | {mod['p99']:.2f} | "
             f"{mod['p50'] - direct['moderate']['p50']:+.2f} | "
             f"{mod['p99'] - direct['moderate']['p99']:+.2f} | {one['p50']:.2f} | "
-            f"{one['p50'] - direct['closed'][1]['p50']:+.2f} | {sat['rps']:,.0f} | "
+            f"{one['p50'] - direct['closed'][1]['p50']:+.2f} | {cpu} | {sat['rps']:,.0f} | "
             f"{sat['rps'] / bare['closed'][SATURATING]['rps']:.2f}x | {errors} |")
     say()
     swept = {name: row for name, row in rows.items() if len(row["closed"]) == len(SWEEP)}
@@ -348,7 +376,11 @@ async def bench_email(dsn: str) -> None:
 QUEUE_JOBS = 5000
 
 
-async def fencegate_queue(dsn: str, concurrency: int) -> tuple[float, float]:
+async def fencegate_queue(dsn: str, concurrency: int, meter: CpuMeter,
+                          ) -> tuple[float, float, float, str]:
+    """Enqueue, then claim and complete, ``QUEUE_JOBS`` no-op jobs: the
+    enqueue and the claim+complete rates, the worker's CPU ms per job (this
+    process) and PostgreSQL's (``meter``'s group), over claim+complete."""
     pool = await database.create_pool(dsn, min_size=2, max_size=concurrency + 4)
     q = Queue(LeaseClient(pool=pool, owner="bench"), f"bench{concurrency}")
     started = time.perf_counter()
@@ -359,16 +391,26 @@ async def fencegate_queue(dsn: str, concurrency: int) -> tuple[float, float]:
     async def noop(job: Job) -> None:
         return None
 
+    # the worker's own count of the completions that counted, read in this
+    # process: no statement of the benchmark's own beside the worker's
+    completed = REGISTRY.get_sample_value
+    labels = {"queue": q.name, "event": "completed"}
+    before = completed("fencegate_jobs_total", labels) or 0.0
     worker = Worker(q, noop, concurrency=concurrency, poll_min=0.005, poll_max=0.05)
-    started = time.perf_counter()
+    meter.start()
+    started, cpu = time.perf_counter(), time.process_time()
     task = asyncio.create_task(worker.run())
-    while (await q.stats()).get("completed", 0) < QUEUE_JOBS:
-        await asyncio.sleep(0.05)
-    rate = QUEUE_JOBS / (time.perf_counter() - started)
+    while (completed("fencegate_jobs_total", labels) or 0.0) - before < QUEUE_JOBS:
+        await asyncio.sleep(0.005)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    shares = meter.stop()
     worker.stop()
     await task
+    assert (await q.stats()) == {"completed": QUEUE_JOBS}
     await pool.close()
-    return enqueue_rate, rate
+    pg = shares.groups.get("PostgreSQL")
+    pg_ms = "n/a" if pg is None else f"{pg * shares.seconds * shares.cpus * 1000 / QUEUE_JOBS:.3f}"
+    return enqueue_rate, QUEUE_JOBS / elapsed, cpu * 1000 / QUEUE_JOBS, pg_ms
 
 
 def procrastinate_queue(dsn: str, concurrency: int) -> tuple[float, float]:
@@ -412,20 +454,26 @@ async def bench_queue(server_dsn: str) -> None:
     say("## 4. Queue: fencegate against Procrastinate, same PostgreSQL\n")
     say(f"{QUEUE_JOBS} no-op jobs, enqueued in batches of 500, then claimed and completed "
         "by one worker process at the given concurrency.\n")
+    say("CPU: milliseconds per job over claim+complete, of fencegate's worker (its "
+        "process) and of PostgreSQL's process tree.\n")
     say("| concurrency | Procrastinate enqueue/s | fencegate enqueue/s | ratio "
-        "| Procrastinate claim+complete/s | fencegate claim+complete/s | ratio |")
-    say("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        "| Procrastinate claim+complete/s | fencegate claim+complete/s | ratio "
+        "| CPU ms: worker | PostgreSQL |")
+    say("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for concurrency in (1, 8, 32):
         dsn = await fresh_database(server_dsn)
+        pg = await postmaster_pid(dsn)
+        meter = CpuMeter({"PostgreSQL": [pg]} if pg else {})
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
         p = ctx.Process(target=_procrastinate_in_process, args=(dsn, concurrency, out))
         p.start()
         p_enq, p_rate = out.get(timeout=600)
         p.join(30)
-        f_enq, f_rate = await fencegate_queue(dsn, concurrency)
+        f_enq, f_rate, worker_ms, pg_ms = await fencegate_queue(dsn, concurrency, meter)
         say(f"| {concurrency} | {p_enq:,.0f} | {f_enq:,.0f} | {f_enq / p_enq:.1f}x | "
-            f"{p_rate:,.0f} | {f_rate:,.0f} | {f_rate / p_rate:.1f}x |")
+            f"{p_rate:,.0f} | {f_rate:,.0f} | {f_rate / p_rate:.1f}x | {worker_ms:.3f} | "
+            f"{pg_ms} |")
     say()
 
 
