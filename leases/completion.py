@@ -75,7 +75,7 @@ class Completions(GroupCommit[tuple[Job, str | None], bool]):
     future was cancelled (the job's run was cancelled: its lease was lost,
     or shutdown ended it). A result the database refuses to store fails the
     statement for all: each entry goes again alone, so the bad one costs
-    only itself."""
+    only itself; so does a batch PostgreSQL aborts as a deadlock."""
 
     def __init__(self, queue: Queue) -> None:
         super().__init__(max_in_flight=None)
@@ -99,7 +99,11 @@ class Completions(GroupCommit[tuple[Job, str | None], bool]):
             return
         try:
             counted = await self.queue.complete_many([entry.item for entry in batch])
-        except asyncpg.DataError as exc:
+        except (asyncpg.DataError, asyncpg.DeadlockDetectedError) as exc:
+            # a deadlock too: another transaction completing several of these
+            # jobs in its own order (the caller's, by id descending) can take
+            # a lease row this batch waits for; alone, each takes one job's
+            # rows, and none waits for an entry of its own batch again
             if not self.one_by_one(batch):
                 _settle(batch[0].future, exc)
             return

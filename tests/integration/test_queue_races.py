@@ -17,6 +17,7 @@ import random
 import asyncpg
 
 from leases import LeaseClient, Queue, sql
+from leases.completion import Completions
 from leases.queue import Job, NewJob, job_resource
 from tests.support.lapse import lapse
 from tests.support.locks import until_waiting
@@ -239,3 +240,39 @@ async def test_a_zombie_s_batches_racing_the_holder_s_and_cancels_count_only_the
             else:
                 assert (row["state"], row["result_ref"]) == ("cancelled", None), dict(row)
             assert not row["live"], dict(row)
+
+
+async def test_a_batch_completion_aborted_as_a_deadlock_goes_again_job_by_job(
+    pool: asyncpg.Pool,
+) -> None:
+    """A caller's transaction completing two jobs, the higher id first,
+    holds job b's rows and waits for job a's, while a worker's batch of a, b
+    and c holds a's and waits for b's: PostgreSQL aborts one of the two as a
+    deadlock. When it aborts the batch, each of its entries goes again alone:
+    c, whose fence was current all along, counts, rather than its lease
+    lapsing and the job running again. (The caller's session waits longer
+    before it looks for a deadlock, so the batch is the one aborted.)"""
+    old, new = queue(pool, "old"), queue(pool, "new")
+    await old.enqueue_many([NewJob({"n": n}) for n in range(3)])
+    a, b, c = sorted(await old.claim("old:1", limit=3, ttl=60), key=lambda j: j.id)
+    await lapse(pool, a.resource, b.resource, after=[old])
+    assert await queue(pool, "r").recover() == 2
+    again = {j.id: j for j in await new.claim("new:1", limit=2, ttl=60)}
+    assert set(again) == {a.id, b.id}
+    completions = Completions(old)
+    async with pool.acquire() as conn:
+        await conn.execute("SET deadlock_timeout = '30s'")
+        try:
+            async with conn.transaction():
+                assert await new.complete(again[b.id], "new b", connection=conn)
+                counted = [completions.complete(j, f"old {j.id}") for j in (a, b, c)]
+                await until_waiting(pool, "fencegate_complete_jobs")
+                assert await new.complete(again[a.id], "new a", connection=conn)
+        finally:
+            await conn.execute("RESET deadlock_timeout")
+    assert [await asyncio.wait_for(f, 60) for f in counted] == [False, False, True]
+    await completions.close(5)
+    rows = await pool.fetch("SELECT id, state, result_ref FROM fencegate_jobs ORDER BY id")
+    assert [tuple(r) for r in rows] == [(a.id, "completed", "new a"),
+                                        (b.id, "completed", "new b"),
+                                        (c.id, "completed", f"old {c.id}")]
