@@ -1187,6 +1187,7 @@ DECLARE
     v_ref text;
     v_resource text;
     v_entries jsonb;
+    v_refs text[];
 BEGIN
     PERFORM fencegate_lock_completions(p_id);
     IF cardinality(p_id) = 1 THEN
@@ -1210,20 +1211,24 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    -- nothing joined: the jobs found by id, each entry looked up by its job's
-    -- id:fence in a jsonb object (no key for a stale entry), each lease by key
+    -- nothing joined: the jobs found by id, each entry's place looked up by
+    -- its job's id:fence in a jsonb object (no key for a stale entry) and its
+    -- result read from the refs at that place (a jsonb object holds 256 MB at
+    -- most; the refs, up to 1 MiB each, stay in an array), each lease by key
     -- in a subquery (run per job) and those to end by = ANY (their rows locked
     -- above, each one's fence that of its job in done). Joined, the leases
     -- were read whole under statistics of one lease row, and the entries were
     -- scanned once per job (a nested loop: 0.5 million comparisons for 1,000).
-    SELECT jsonb_object_agg(t.id::text || ':' || t.fence::text, t.ref) INTO v_entries
-      FROM unnest(p_id, p_fence, p_ref) AS t(id, fence, ref)
-     WHERE t.id IS NOT NULL AND t.fence IS NOT NULL;
+    SELECT jsonb_object_agg(t.id::text || ':' || t.fence::text, t.n)
+             FILTER (WHERE t.id IS NOT NULL AND t.fence IS NOT NULL),
+           array_agg(t.ref ORDER BY t.n)
+      INTO v_entries, v_refs
+      FROM unnest(p_id, p_fence, p_ref) WITH ORDINALITY AS t(id, fence, ref, n);
     RETURN QUERY
     WITH done AS (
         UPDATE fencegate_jobs j
            SET state = 'completed', finished_at = clock_timestamp(),
-               result_ref = v_entries ->> (j.id::text || ':' || j.fence::text)
+               result_ref = v_refs[(v_entries ->> (j.id::text || ':' || j.fence::text))::int]
          WHERE j.id = ANY(p_id) AND v_entries ? (j.id::text || ':' || j.fence::text)
            -- not the claimed-jobs index: a subquery it cannot prove to be it
            AND j.state = (SELECT 'claimed'::text)

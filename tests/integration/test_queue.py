@@ -13,6 +13,8 @@ import asyncpg
 import pytest
 
 from leases import LeaseClient, NewJob, Queue, RetryPolicy, Worker, clock, sql
+from leases.batch import MAX_BATCH
+from leases.completion import MAX_RESULT_BYTES, unstorable
 from leases.queue import Job
 from tests.support.lapse import lapse
 from tests.support.waiting import GENEROUS_SECONDS, until
@@ -618,3 +620,29 @@ async def test_a_batch_completion_looks_each_entry_up_rather_than_scanning_them(
     finally:
         await pool.execute("ALTER TABLE fencegate_jobs RESET (autovacuum_enabled)")
         await pool.execute("ALTER TABLE fencegate_leases RESET (autovacuum_enabled)")
+
+
+async def test_a_full_batch_of_the_largest_results_completes(pool: asyncpg.Pool) -> None:
+    """A worker's largest batch (256 completions) of the largest results a
+    job may return (1 MiB each: 256 MiB together) completes in one
+    statement: each result is read from the array it came in, and only the
+    entries' places go into the jsonb object that matches them to their
+    jobs, whose 256 MB limit the results themselves had passed
+    (ProgramLimitExceededError for the whole batch, every job run again)."""
+    q = queue(pool, name="large", owner="large")
+    await q.enqueue_many([NewJob({"n": n}) for n in range(MAX_BATCH)])
+    jobs = await q.claim(limit=MAX_BATCH, ttl=600)
+    assert len(jobs) == MAX_BATCH
+
+    def result(job: Job) -> str:
+        ref = f"{job.id}:"
+        return ref + "r" * (MAX_RESULT_BYTES - len(ref))
+
+    assert all(unstorable(result(j)) is None for j in jobs)
+    counted = await q.complete_many([(j, result(j)) for j in jobs])
+    assert counted == {j.id for j in jobs}
+    right = await pool.fetchval(
+        "SELECT count(*) FROM fencegate_jobs WHERE queue = 'large' AND state = 'completed'"
+        "   AND result_ref = id::text || ':' || repeat('r', $1 - length(id::text) - 1)",
+        MAX_RESULT_BYTES)
+    assert right == MAX_BATCH
